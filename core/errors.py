@@ -1,0 +1,59 @@
+"""Every exception the core raises, in one module (anyio's habit)."""
+
+from __future__ import annotations
+
+
+class ShoalError(Exception):
+    """Base class of every error shoal raises on purpose."""
+
+
+class InvalidAssignmentRequest(ShoalError, ValueError):
+    """An assignment request that no strategy can satisfy; nothing was computed."""
+
+
+class NoMembersError(InvalidAssignmentRequest):
+    """The request names no member to assign partitions to."""
+
+
+class DuplicateMemberError(InvalidAssignmentRequest):
+    """Two members in one request share an id."""
+
+
+class NegativeWeightError(InvalidAssignmentRequest):
+    """A member weight or a partition weight is negative, NaN or infinite."""
+
+
+class InvalidPartitionCountError(InvalidAssignmentRequest):
+    """The partition count is not a positive integer, or disagrees with the previous assignment."""
+
+
+class ImpossibleFanOutError(InvalidAssignmentRequest):
+    """Fan-out would put more owners on a partition than its bound allows."""
+
+
+class UnknownStrategyError(ShoalError, LookupError):
+    """No strategy is registered under the requested name."""
+
+
+class InvalidScalingSettings(ShoalError, ValueError):
+    """Scaling settings that contradict each other (for example min above max)."""
+
+
+class LeaseLostError(ShoalError):
+    """The member's or leader's lease is gone; whatever it guarded must stop."""
+
+
+class MemberExistsError(ShoalError):
+    """A live member already uses this id."""
+
+
+class FencedError(ShoalError):
+    """A write guarded by a term or generation was refused: a newer leader or generation exists."""
+
+
+class PublishError(ShoalError):
+    """The broker did not confirm every message; the caller must retry or report failure."""
+
+
+class StoreUnavailableError(ShoalError):
+    """The coordination store did not answer in time."""

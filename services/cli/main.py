@@ -1,0 +1,109 @@
+"""The ``shoal`` command: parses options, calls core or a service, prints. No rules here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from core.assignment import AssignmentOptions
+from core.errors import ShoalError
+from core.partitioning import DEFAULT_PARTITIONS, partition_for
+from services.cli import _simulate
+
+__all__ = ["app", "main"]
+
+USAGE_ERROR = 2
+
+app = typer.Typer(
+    name="shoal",
+    help="Spread a partitioned message stream over an elastic pool of consumers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr, exit code 2, no traceback."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(USAGE_ERROR)
+
+
+@app.command()
+def partition(
+    ids: Annotated[list[str], typer.Argument(help="project ids", show_default=False)],
+    partitions: Annotated[int, typer.Option("--partitions", "-p", help="partitions P")] = (
+        DEFAULT_PARTITIONS
+    ),
+) -> None:
+    """Print ID<TAB>PARTITION for each project id (sha256 as a big-endian integer, mod P)."""
+    try:
+        lines = [f"{project_id}\t{partition_for(project_id, partitions)}" for project_id in ids]
+    except ValueError as exc:
+        _fail(str(exc))
+    typer.echo("\n".join(lines))
+
+
+@app.command()
+def simulate(
+    *,
+    partitions: Annotated[int, typer.Option("--partitions", "-p", help="partitions P")] = (
+        DEFAULT_PARTITIONS
+    ),
+    consumers: Annotated[int, typer.Option(help="consumers before, named c1..cN")] = 4,
+    join: Annotated[
+        int | None,
+        typer.Option(
+            help="consumers that join, named c{N+1}..  [default: 1, or 0 with --leave/--crash]",
+            show_default=False,
+        ),
+    ] = None,
+    leave: Annotated[
+        list[str] | None, typer.Option(help="a consumer that leaves (repeatable)")
+    ] = None,
+    crash: Annotated[
+        list[str] | None,
+        typer.Option(help="a consumer that crashes (repeatable; same effect as --leave)"),
+    ] = None,
+    fan_out: Annotated[
+        bool, typer.Option("--fan-out", help="also run fan-out (consumers may exceed P)")
+    ] = False,
+    weights: Annotated[
+        Path | None,
+        typer.Option(help="JSON object partition -> weight, for the weighted strategy"),
+    ] = None,
+    strategies: Annotated[str, typer.Option(help="comma-separated strategy names")] = ",".join(
+        _simulate.DEFAULT_STRATEGIES
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Replay a membership change: partitions moved (and the minimum), loads, time per strategy."""
+    try:
+        scenario = _simulate.scenario_of(partitions, consumers, join, leave or (), crash or ())
+        names = _simulate.parse_strategies(strategies, fan_out)
+        options = AssignmentOptions(
+            partition_weights=_simulate.load_weights(weights) if weights is not None else {}
+        )
+        outcomes = _simulate.simulate(scenario, names, options)
+    except (_simulate.SimulationError, ShoalError) as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(_simulate.to_json(scenario, outcomes)))
+        return
+    console = Console(highlight=False)
+    console.print(scenario.describe(), markup=False, soft_wrap=True)
+    console.print(_simulate.outcomes_table(outcomes))
+    console.print(_simulate.fewest_moves_line(outcomes), markup=False, soft_wrap=True)
+
+
+def main() -> None:
+    """Console-script entry point (``shoal``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
