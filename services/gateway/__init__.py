@@ -1,0 +1,1 @@
+"""The ingest API: devices -> validate -> stamp -> partition -> durable publish."""

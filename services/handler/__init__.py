@@ -1,0 +1,1 @@
+"""The handler: membership, assignment watch, one consumer per owned partition, the sink."""

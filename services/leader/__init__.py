@@ -1,0 +1,1 @@
+"""The leader: election, rebalance, autoscaling, and the read-only status API."""
