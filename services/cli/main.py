@@ -100,6 +100,34 @@ def simulate(
     console.print(_simulate.fewest_moves_line(outcomes), markup=False, soft_wrap=True)
 
 
+# _lazy: the service commands import their service when run, so that `shoal partition` and
+# `shoal simulate` start without loading grpc, nats and uvicorn.
+
+
+@app.command()
+def gateway() -> None:
+    """Run a gateway (configured by SHOAL_* and SHOAL_GATEWAY_* variables)."""
+    from services.gateway.main import main as run_gateway  # noqa: PLC0415 (see _lazy)
+
+    run_gateway()
+
+
+@app.command()
+def handler() -> None:
+    """Run a handler (configured by SHOAL_* and SHOAL_HANDLER_* variables)."""
+    from services.handler.main import main as run_handler  # noqa: PLC0415 (see _lazy)
+
+    run_handler()
+
+
+@app.command()
+def leader() -> None:
+    """Run a leader replica with its status API (SHOAL_* and SHOAL_LEADER_* variables)."""
+    from services.leader.main import main as run_leader  # noqa: PLC0415 (see _lazy)
+
+    run_leader()
+
+
 def main() -> None:
     """Console-script entry point (``shoal``)."""
     app()

@@ -1,0 +1,265 @@
+"""One etcd connection shared by an adapter's calls, with a timeout on every call.
+
+Every failure to reach etcd (timeout, connection refused, a gRPC error) surfaces as
+``StoreUnavailableError``; a write on a lease etcd no longer knows surfaces as
+``LeaseLostError``. ``watch_stream`` is one raw stream; ``_watch`` adds resumption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import grpc  # type: ignore[import-untyped]
+from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
+from etcd3aio._protobuf import Compare, WatchCreateRequest, WatchRequest, WatchStub
+from etcd3aio.kv import KVService
+
+from adapters.etcd._detach import detached
+from adapters.etcd._settings import EtcdSettings
+from core.errors import LeaseLostError, StoreUnavailableError
+
+__all__ = ["Entry", "EtcdClient", "TxnResult"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# gRPC's own reconnect backoff grows to 120 s by default, so after a long etcd outage a
+# client could stay disconnected for two minutes: every lease would be lost. Cap it.
+_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One key as etcd stores it (mvccpb.KeyValue), decoupled from protobuf."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+    @staticmethod
+    def of(kv: Any) -> Entry:
+        return Entry(
+            key=bytes(kv.key).decode(),
+            value=bytes(kv.value),
+            create_revision=int(kv.create_revision),
+            mod_revision=int(kv.mod_revision),
+            lease=int(kv.lease),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    succeeded: bool
+    revision: int
+    ranges: tuple[tuple[Entry, ...], ...]
+    """The entries of every range (get) operation of the branch that ran, in order."""
+
+
+class EtcdClient:
+    """An ``Etcd3Client`` whose every call is bounded by ``settings.call_timeout``."""
+
+    def __init__(self, settings: EtcdSettings) -> None:
+        self.settings = settings
+        self._client: Etcd3Client | None = None
+
+    async def connect(self) -> None:
+        client = Etcd3Client(
+            list(self.settings.endpoints),
+            watch_reconnect_backoff_seconds=self.settings.retry_interval,
+            watch_max_reconnect_backoff_seconds=max(
+                self.settings.retry_interval, self.settings.max_retry_interval
+            ),
+        )
+        options = getattr(getattr(client, "_manager", None), "grpc_options", None)
+        if isinstance(options, list):  # etcd3aio 0.3.0 offers no public way to set them
+            options.extend(_CHANNEL_OPTIONS)
+        await client.connect()  # creates the channel only: etcd is contacted lazily
+        self._client = client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with anyio.move_on_after(self.settings.close_timeout, shield=True):
+                await detached(client.close())
+
+    @property
+    def _connected(self) -> Etcd3Client:
+        if self._client is None:
+            raise StoreUnavailableError("etcd client is closed (use the adapter in `async with`)")
+        return self._client
+
+    @property
+    def closed(self) -> bool:
+        return self._client is None
+
+    async def _call(
+        self, what: str, call: Callable[[float], Awaitable[T]], bound: float | None = None
+    ) -> T:
+        """Run ``call(timeout)`` within ``bound`` (default ``call_timeout``), mapping errors."""
+        timeout = self.settings.call_timeout if bound is None else bound
+        try:
+            with anyio.fail_after(timeout):
+                return await detached(call(timeout))
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"etcd {what}: no answer within {timeout:g} s from {self._where}"
+            ) from exc
+        except EtcdError as exc:
+            raise StoreUnavailableError(f"etcd {what} at {self._where}: {exc}") from exc
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # the only NOT_FOUND: a lease
+                raise LeaseLostError(f"etcd {what}: {exc.details()}") from exc
+            raise StoreUnavailableError(
+                f"etcd {what} at {self._where}: {exc.code().name} {exc.details()}"
+            ) from exc
+
+    @property
+    def _where(self) -> str:
+        return ",".join(self.settings.endpoints)
+
+    # --- KV ----------------------------------------------------------------------------
+
+    async def get(self, key: str) -> tuple[Entry | None, int]:
+        """The entry at ``key`` (None when absent) and the store revision of the read."""
+        kv = self._connected.kv
+        assert kv is not None
+        response = await self._call("get", lambda t: kv.get(key, timeout=t))
+        entry = Entry.of(response.kvs[0]) if response.kvs else None
+        return entry, int(response.header.revision)
+
+    async def get_prefix(self, prefix: str, *, keys_only: bool = False) -> tuple[list[Entry], int]:
+        """Every entry under ``prefix`` (sorted by key) and the store revision of the read."""
+        kv = self._connected.kv
+        assert kv is not None
+        response = await self._call(
+            "get prefix",
+            lambda t: kv.get(prefix, prefix_range_end(prefix), keys_only=keys_only, timeout=t),
+        )
+        return [Entry.of(item) for item in response.kvs], int(response.header.revision)
+
+    async def txn(
+        self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
+    ) -> TxnResult:
+        kv = self._connected.kv
+        assert kv is not None
+        response = await self._call(
+            "txn", lambda t: kv.txn(compare, success, failure, timeout=t, max_attempts=1)
+        )
+        ranges = tuple(
+            tuple(Entry.of(item) for item in op.response_range.kvs)
+            for op in response.responses
+            if op.WhichOneof("response") == "response_range"
+        )
+        return TxnResult(bool(response.succeeded), int(response.header.revision), ranges)
+
+    # Builders for txn compares and operations (thin, typed fronts of KVService's).
+
+    @staticmethod
+    def created_at(key: str, revision: int) -> Any:
+        """Compare: ``key`` was created at ``revision`` (0: ``key`` does not exist)."""
+        return KVService.txn_compare_create_revision(key, revision)
+
+    @staticmethod
+    def modified_at(key: str, revision: int) -> Any:
+        """Compare: ``key`` was last written at ``revision`` (0: ``key`` does not exist)."""
+        return Compare(
+            result=Compare.EQUAL, target=Compare.MOD, key=key.encode(), mod_revision=revision
+        )
+
+    @staticmethod
+    def put_op(key: str, value: bytes, lease: int = 0) -> Any:
+        return KVService.txn_op_put(key, value, lease=lease)
+
+    @staticmethod
+    def get_op(key: str) -> Any:
+        return KVService.txn_op_get(key)
+
+    @staticmethod
+    def delete_op(key: str) -> Any:
+        return KVService.txn_op_delete(key)
+
+    # --- leases ------------------------------------------------------------------------
+
+    async def grant(self, ttl: float) -> int:
+        """A new lease of ``ceil(ttl)`` seconds (etcd may round it up, to 2 s at least)."""
+        lease = self._connected.lease
+        assert lease is not None
+        seconds = max(1, math.ceil(ttl))
+        response = await self._call(
+            "lease grant", lambda t: lease.grant(seconds, timeout=t, max_attempts=1)
+        )
+        return int(response.ID)
+
+    async def revoke(self, lease_id: int) -> None:
+        """Revoke ``lease_id`` and delete its keys; a lease etcd no longer knows is fine."""
+        lease = self._connected.lease
+        assert lease is not None
+        with contextlib.suppress(LeaseLostError):
+            await self._call("lease revoke", lambda t: lease.revoke(lease_id, timeout=t))
+
+    async def keep_alive_once(self, lease_id: int, within: float) -> int:
+        """Renew ``lease_id`` once; the remaining TTL in seconds, 0 when etcd lost the lease."""
+        lease = self._connected.lease
+        assert lease is not None
+
+        async def renew(_: float) -> int:
+            stream = lease.keep_alive(lease_id)
+            try:
+                async for response in stream:
+                    return int(response.TTL)
+            finally:
+                stream.cancel()
+            raise StoreUnavailableError("etcd lease keepalive: the stream ended without answer")
+
+        bound = min(within, self.settings.call_timeout)
+        return await self._call("lease keepalive", renew, max(bound, 0.001))
+
+    # --- watch -------------------------------------------------------------------------
+
+    async def watch_stream(
+        self, key: str, range_end: str | None, start_revision: int
+    ) -> AsyncGenerator[Any, None]:
+        """One watch stream from ``start_revision``: yields etcd's WatchResponses until the
+        stream fails (``grpc.aio.AioRpcError``) or ends; it never reconnects by itself.
+
+        etcd3aio's own ``watch`` is not used: it resumes after the header revision of the
+        last response (wrong for catch-up responses, stamped with the current revision) and
+        leaks a pending grpc request task every time a stream breaks (its request
+        generator waits forever, and grpc only cancels it while the call is still live).
+        """
+        client = self._connected
+        done = asyncio.Event()
+        request = WatchRequest(
+            create_request=WatchCreateRequest(
+                key=key.encode(),
+                range_end=b"" if range_end is None else range_end.encode(),
+                start_revision=start_revision,
+            )
+        )
+
+        async def requests() -> AsyncIterator[Any]:
+            yield request
+            await done.wait()  # keep our side open until the caller is done
+
+        call = WatchStub(client._channel).Watch(requests())
+        try:
+            while True:
+                response = await detached(call.read())
+                if response is grpc.aio.EOF:
+                    return
+                yield response
+        finally:
+            done.set()  # lets grpc's request task finish even when the call already failed
+            call.cancel()

@@ -1,0 +1,182 @@
+"""``EtcdAssignmentStore``: the assignment (one key), partition holds and project lists.
+
+The whole assignment is ONE key, ``assignment`` -> {generation, owners, term}: a txn is
+limited to 128 operations by default (``--max-txn-ops``), and a generation must switch
+atomically. ``publish`` is one txn guarded by the leader key's create revision (the term)
+and by the assignment key's mod revision as read just before (so the generation check
+cannot race another writer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import aclosing
+
+from adapters.etcd._base import EtcdAdapter
+from adapters.etcd._client import Entry
+from adapters.etcd._codec import (
+    StoredAssignment,
+    decode_assignment,
+    decode_hold,
+    encode_assignment,
+    encode_hold,
+)
+from adapters.etcd._watch import watch_snapshots
+from core.errors import FencedError
+from core.model import Assignment, MemberId, Partition
+from core.ports import Hold
+
+__all__ = ["EtcdAssignmentStore"]
+
+_log = logging.getLogger(__name__)
+_MAX_VALUE_BYTES = 1_500_000  # etcd's default --max-request-bytes is 1.5 MiB, less overhead
+
+
+class EtcdAssignmentStore(EtcdAdapter):
+    """The ``AssignmentStore`` port on etcd. Use as ``async with EtcdAssignmentStore(s) as a``.
+
+    Every method raises ``StoreUnavailableError`` when etcd does not answer in time; a
+    write that timed out may or may not have been applied.
+    """
+
+    async def publish(self, assignment: Assignment, term: int) -> None:
+        """Store ``assignment`` if ``term`` is the create revision of the current leader key
+        and the stored generation is lower. Raises ``FencedError`` otherwise, ``ValueError``
+        when the assignment is too large for one etcd request."""
+        client, keys = self._client, self._keys
+        value = encode_assignment(assignment, term)
+        if len(value) > _MAX_VALUE_BYTES:
+            raise ValueError(
+                f"the assignment is {len(value)} bytes as JSON, more than etcd accepts in one "
+                f"request by default (--max-request-bytes 1.5 MiB): use fewer partitions"
+            )
+        stored, _ = await client.get(keys.assignment)
+        while True:
+            current = self._decode_assignment(stored)
+            if current is not None and assignment.generation <= current.assignment.generation:
+                raise FencedError(
+                    f"generation {assignment.generation} is not above the stored generation "
+                    f"{current.assignment.generation} (published by term {current.term})"
+                )
+            result = await client.txn(
+                [
+                    client.created_at(keys.leader, term),
+                    client.modified_at(
+                        keys.assignment, 0 if stored is None else stored.mod_revision
+                    ),
+                ],
+                [client.put_op(keys.assignment, value)],
+                [client.get_op(keys.leader), client.get_op(keys.assignment)],
+            )
+            if result.succeeded:
+                return
+            leader, assignment_now = result.ranges
+            if not leader:
+                raise FencedError(f"term {term} is not current: nobody leads now")
+            if leader[0].create_revision != term:
+                raise FencedError(
+                    f"term {term} is not current: {leader[0].value.decode()!r} leads "
+                    f"with term {leader[0].create_revision}"
+                )
+            stored = assignment_now[0] if assignment_now else None  # raced: check again
+
+    async def current(self) -> Assignment | None:
+        entry, _ = await self._client.get(self._keys.assignment)
+        stored = self._decode_assignment(entry)
+        return None if stored is None else stored.assignment
+
+    async def watch(self) -> AsyncIterator[Assignment]:
+        """The stored assignment, then every newer generation; never an older or repeated
+        one. Survives etcd restarts (resumes after the last revision seen)."""
+        key = self._keys.assignment
+        last = -1
+        async with aclosing(watch_snapshots(self._client, key, prefix=False)) as snapshots:
+            async for snapshot in snapshots:
+                stored = self._decode_assignment(snapshot.get(key))
+                if stored is not None and stored.assignment.generation > last:
+                    last = stored.assignment.generation
+                    yield stored.assignment
+
+    async def holds(self) -> Mapping[Partition, Hold]:
+        entries, _ = await self._client.get_prefix(self._keys.holds)
+        return self._decode_holds(entries)
+
+    async def watch_holds(self) -> AsyncIterator[Mapping[Partition, Hold]]:
+        """The whole hold map now and after every change; survives etcd restarts."""
+        last: dict[Partition, Hold] | None = None
+        prefix = self._keys.holds
+        async with aclosing(watch_snapshots(self._client, prefix, prefix=True)) as snapshots:
+            async for snapshot in snapshots:
+                holds = self._decode_holds(snapshot.values())
+                if holds != last:
+                    last = holds
+                    yield dict(holds)
+
+    async def claim(
+        self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
+    ) -> bool:
+        """Put ``holds/{partition}`` if absent (``replacing`` None) or still at
+        ``replacing.version`` (its mod revision). False, and nothing written, otherwise."""
+        if replacing is not None and replacing.partition != partition:
+            raise ValueError(f"cannot claim partition {partition} replacing a hold on {replacing}")
+        client, key = self._client, self._keys.hold(partition)
+        compare = (
+            client.created_at(key, 0)
+            if replacing is None
+            else client.modified_at(key, replacing.version)
+        )
+        result = await client.txn(
+            [compare], [client.put_op(key, encode_hold(member_id, generation))]
+        )
+        return result.succeeded
+
+    async def release(self, partition: Partition, member_id: MemberId) -> None:
+        """Delete ``holds/{partition}`` if ``member_id`` holds it (checked in the txn)."""
+        client, key = self._client, self._keys.hold(partition)
+        entry, _ = await client.get(key)
+        while entry is not None:
+            hold = self._decode_hold(entry)
+            if hold is None or hold.member_id != member_id:
+                return
+            result = await client.txn(
+                [client.modified_at(key, entry.mod_revision)],
+                [client.delete_op(key)],
+                [client.get_op(key)],
+            )
+            if result.succeeded:
+                return
+            (now,) = result.ranges
+            entry = now[0] if now else None
+
+    async def register_project(self, partition: Partition, project_id: str) -> bool:
+        client, key = self._client, self._keys.project(partition, project_id)
+        result = await client.txn([client.created_at(key, 0)], [client.put_op(key, b"")])
+        return result.succeeded
+
+    async def projects(self, partition: Partition) -> frozenset[str]:
+        prefix = self._keys.projects(partition)
+        entries, _ = await self._client.get_prefix(prefix, keys_only=True)
+        return frozenset(entry.key.removeprefix(prefix) for entry in entries)
+
+    # --- decoding ------------------------------------------------------------------------
+
+    @staticmethod
+    def _decode_assignment(entry: Entry | None) -> StoredAssignment | None:
+        return None if entry is None else decode_assignment(entry.value)
+
+    def _decode_hold(self, entry: Entry) -> Hold | None:
+        try:
+            partition = int(entry.key.removeprefix(self._keys.holds))
+            stored = decode_hold(entry.value)
+        except ValueError as exc:
+            _log.warning("etcd: ignoring hold %s: %s", entry.key, exc)
+            return None
+        return Hold(partition, stored.member_id, stored.generation, version=entry.mod_revision)
+
+    def _decode_holds(self, entries: Iterable[Entry]) -> dict[Partition, Hold]:
+        holds = (self._decode_hold(entry) for entry in entries)
+        return {
+            hold.partition: hold
+            for hold in sorted((h for h in holds if h is not None), key=lambda h: h.partition)
+        }

@@ -1,0 +1,22 @@
+"""In-process adapters: the same semantics as the real ones, checked by the same contract
+suites, for service-level tests and ``--coordination memory``.
+
+Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership``,
+``InMemoryElection`` and ``InMemoryAssignmentStore`` (one class per port).
+"""
+
+from adapters.memory._coordination import InMemoryCoordination
+from adapters.memory._election import InMemoryElection, InMemoryLeadership
+from adapters.memory._membership import InMemoryMembership, InMemoryMembershipLease
+from adapters.memory._store import InMemoryAssignmentStore
+from adapters.memory._transport import InMemoryTransport
+
+__all__ = [
+    "InMemoryAssignmentStore",
+    "InMemoryCoordination",
+    "InMemoryElection",
+    "InMemoryLeadership",
+    "InMemoryMembership",
+    "InMemoryMembershipLease",
+    "InMemoryTransport",
+]

@@ -1,0 +1,86 @@
+"""``InMemoryMembership``: the Membership port over ``InMemoryCoordination``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+from anyio.lowlevel import checkpoint
+
+from adapters.memory._base import MemoryAdapter
+from adapters.memory._coordination import InMemoryCoordination, MemberRecord, MemoryLease
+from core.errors import LeaseLostError, MemberExistsError
+from core.model import MemberId, MemberStats
+
+__all__ = ["InMemoryMembership", "InMemoryMembershipLease"]
+
+
+class InMemoryMembershipLease:
+    def __init__(self, state: InMemoryCoordination, lease: MemoryLease, created: int) -> None:
+        self._state = state
+        self._lease = lease
+        self._created = created
+
+    @property
+    def member_id(self) -> MemberId:
+        return self._lease.owner_id
+
+    def is_lost(self) -> bool:
+        return self._lease.is_lost()
+
+    async def wait_lost(self) -> None:
+        await self._lease.wait_lost()
+
+    def pause_renewal(self) -> None:
+        """Fault injection for tests: stop renewing, as a paused process would."""
+        self._lease.pause_renewal()
+
+    async def update(self, stats: MemberStats) -> None:
+        await checkpoint()
+        if self._lease.is_lost():
+            raise LeaseLostError(f"member {self.member_id}: lease lost ({self._lease.reason})")
+        self._state.check("update")
+        record = self._state.members.get(self.member_id)
+        if record is None or record.lease is not self._lease:
+            self._lease.end("member record deleted or replaced")
+            raise LeaseLostError(f"member {self.member_id}: its record is gone")
+        self._state.members[self.member_id] = MemberRecord(stats, self._lease, record.created)
+        self._state.bump()
+
+    async def leave(self) -> None:
+        await checkpoint()
+        self._lease.end("revoked")
+
+
+class InMemoryMembership(MemoryAdapter):
+    async def join(
+        self, member_id: MemberId, stats: MemberStats, ttl: float
+    ) -> InMemoryMembershipLease:
+        await self._step("join")
+        if member_id in self.state.members:
+            raise MemberExistsError(f"member {member_id!r} is already live")
+        lease = await self._new_lease(member_id, ttl)
+        if member_id in self.state.members:  # joined meanwhile
+            lease.end("revoked")
+            raise MemberExistsError(f"member {member_id!r} is already live")
+        created = self.state.revision + 1
+        self.state.members[member_id] = MemberRecord(stats, lease, created)
+        self.state.bump()
+        return InMemoryMembershipLease(self.state, lease, created)
+
+    async def members(self) -> Mapping[MemberId, MemberStats]:
+        await self._step("members")
+        return self._snapshot()
+
+    async def watch(self) -> AsyncIterator[Mapping[MemberId, MemberStats]]:
+        last: dict[MemberId, MemberStats] | None = None
+        while True:
+            changed = self.state.changed()
+            if self.state.available:
+                members = self._snapshot()
+                if members != last:
+                    last = members
+                    yield dict(members)
+            await changed.wait()
+
+    def _snapshot(self) -> dict[MemberId, MemberStats]:
+        return {m: r.stats for m, r in sorted(self.state.members.items())}

@@ -1,0 +1,313 @@
+"""``InMemoryTransport``: the Transport port in one process, with JetStream's semantics.
+
+Per partition, one work queue shared by every subscription of that partition (like the
+one durable consumer per partition on NATS):
+
+- ``publish`` stores each envelope unless its ``message_id`` was stored less than
+  ``duplicate_window`` seconds ago (then it is silently confirmed, not stored again);
+- ``fetch`` hands out the oldest ready messages (by publish order) and starts their ack
+  timer; a delivery not settled within ``ack_wait`` becomes ready again with
+  ``attempt + 1``; ``nak(delay)`` makes it ready after ``delay``;
+- a message that comes due again after its ``max_deliver``-th delivery, and a ``term``-ed
+  one, is removed and handed to the dead-letter hook;
+- ``backlog`` counts stored messages not yet acked (ready, delayed and in flight).
+
+Time is the event loop's clock (``anyio.current_time``). As on NATS, deadlines are acted
+on when somebody looks (fetch, backlog), not by a background task. Nothing survives the
+process: the ``persistent`` feature is false.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, Self, TypeAlias
+
+import anyio
+import anyio.lowlevel
+
+from core.messages import Envelope, is_valid_project_id
+from core.model import Partition
+from core.ports import Delivery, Subscription
+
+__all__ = ["DeadLetterHook", "DeadLetterReason", "InMemoryTransport"]
+
+log = logging.getLogger("shoal.adapters.memory")
+
+DeadLetterReason: TypeAlias = Literal["term", "max_deliver"]
+DeadLetterHook: TypeAlias = Callable[[Envelope, DeadLetterReason, int], Awaitable[None]]
+"""``hook(envelope, reason, attempts)``, awaited once per dead letter (as on NATS)."""
+
+
+async def _log_dead_letter(envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
+    log.warning(
+        "dead letter: message %s project %s partition %d (%s after %d attempts)",
+        envelope.message_id,
+        envelope.project_id,
+        envelope.partition,
+        reason,
+        attempts,
+    )
+
+
+@dataclass(slots=True)
+class _Entry:
+    seq: int
+    envelope: Envelope
+    deliveries: int = 0
+    token: int = 0  # changes on every delivery, nak and expiry: stale settlements are no-ops
+    inflight: bool = False
+
+
+@dataclass(slots=True)
+class _Queue:
+    entries: dict[int, _Entry] = field(default_factory=dict)  # every unsettled message
+    ready: list[int] = field(default_factory=list)  # heap of seq
+    timed: list[tuple[float, int, int]] = field(default_factory=list)  # heap (due, seq, token)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    def next_due(self) -> float | None:
+        return self.timed[0][0] if self.timed else None
+
+
+class InMemoryTransport:
+    """In-process Transport. ``async with InMemoryTransport(...) as t:``; all state is lost
+    when the object goes away. ``registrations`` records ``reply_registration`` calls."""
+
+    def __init__(
+        self,
+        *,
+        ack_wait: float = 5.0,
+        max_deliver: int = 10,
+        duplicate_window: float = 120.0,
+        dead_letter: DeadLetterHook | None = None,
+    ) -> None:
+        if ack_wait <= 0 or duplicate_window < 0 or max_deliver < 1:
+            raise ValueError("need ack_wait > 0, duplicate_window >= 0, max_deliver >= 1")
+        self.ack_wait = ack_wait
+        self.max_deliver = max_deliver
+        self.duplicate_window = duplicate_window
+        self._hook = dead_letter or _log_dead_letter
+        self._queues: dict[Partition, _Queue] = {}
+        self._seen: OrderedDict[str, float] = OrderedDict()  # message_id -> stored at
+        self._seq = itertools.count(1)
+        self._dead_letters = 0
+        self.registrations: list[tuple[Partition, str, str]] = []
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Nothing to release; kept for the adapter shape."""
+
+    @property
+    def dead_letters(self) -> int:
+        return self._dead_letters
+
+    # -- the port --------------------------------------------------------------------
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        """Store every envelope (each message id once per ``duplicate_window``).
+        Raises ``ValueError`` before storing anything when an envelope is invalid."""
+        for e in envelopes:
+            if not is_valid_project_id(e.project_id):
+                raise ValueError(f"project_id {e.project_id!r} is not one safe subject token")
+            if e.partition < 0:
+                raise ValueError(f"partition {e.partition} is negative")
+            if not e.message_id:
+                raise ValueError("message_id is empty")
+        await anyio.lowlevel.checkpoint()
+        now = anyio.current_time()
+        while self._seen and next(iter(self._seen.values())) <= now - self.duplicate_window:
+            self._seen.popitem(last=False)
+        touched: set[Partition] = set()
+        for e in envelopes:
+            if e.message_id in self._seen:
+                continue
+            self._seen[e.message_id] = now
+            q = self._queue(e.partition)
+            entry = _Entry(next(self._seq), e)
+            q.entries[entry.seq] = entry
+            heapq.heappush(q.ready, entry.seq)
+            touched.add(e.partition)
+        for p in touched:
+            self._queues[p].notify()
+
+    async def open(self, partition: Partition, consumer_id: str) -> Subscription:
+        await anyio.lowlevel.checkpoint()
+        return _Subscription(self, partition, consumer_id)
+
+    async def backlog(self, partition: Partition) -> int:
+        await self._expire(partition)
+        return len(self._queue(partition).entries)
+
+    async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
+        if not is_valid_project_id(project_id):
+            raise ValueError(f"project_id {project_id!r} is not one safe subject token")
+        await anyio.lowlevel.checkpoint()
+        self.registrations.append((partition, project_id, by))
+
+    # -- the queue -------------------------------------------------------------------
+
+    def _queue(self, partition: Partition) -> _Queue:
+        q = self._queues.get(partition)
+        if q is None:
+            q = self._queues[partition] = _Queue()
+        return q
+
+    async def _expire(self, partition: Partition) -> None:
+        """Act on every deadline passed: ready again, or dead after max_deliver."""
+        q = self._queue(partition)
+        now = anyio.current_time()
+        dead: list[_Entry] = []
+        while q.timed and q.timed[0][0] <= now:
+            _, seq, token = heapq.heappop(q.timed)
+            entry = q.entries.get(seq)
+            if entry is None or entry.token != token:
+                continue  # settled, or superseded by a later nak
+            entry.inflight = False
+            entry.token += 1
+            if entry.deliveries >= self.max_deliver:
+                del q.entries[seq]
+                dead.append(entry)
+            else:
+                heapq.heappush(q.ready, seq)
+        for entry in dead:
+            await self._dead(entry.envelope, "max_deliver", entry.deliveries)
+
+    def _take(self, partition: Partition, max_messages: int) -> list[_Delivery]:
+        q = self._queue(partition)
+        due = anyio.current_time() + self.ack_wait
+        out: list[_Delivery] = []
+        while q.ready and len(out) < max_messages:
+            entry = q.entries[heapq.heappop(q.ready)]
+            entry.deliveries += 1
+            entry.token += 1
+            entry.inflight = True
+            heapq.heappush(q.timed, (due, entry.seq, entry.token))
+            out.append(_Delivery(self, partition, entry.seq, entry.token, entry))
+        return out
+
+    def _settle(self, partition: Partition, seq: int, token: int) -> _Entry | None:
+        """Remove the message if this delivery still holds it; None when stale."""
+        q = self._queue(partition)
+        entry = q.entries.get(seq)
+        if entry is None or entry.token != token or not entry.inflight:
+            return None
+        del q.entries[seq]
+        q.notify()
+        return entry
+
+    def _nak(self, partition: Partition, seq: int, token: int, delay: float) -> None:
+        q = self._queue(partition)
+        entry = q.entries.get(seq)
+        if entry is None or entry.token != token or not entry.inflight:
+            return
+        entry.token += 1
+        heapq.heappush(q.timed, (anyio.current_time() + max(delay, 0.0), seq, entry.token))
+        q.notify()
+
+    async def _dead(self, envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
+        self._dead_letters += 1
+        try:
+            await self._hook(envelope, reason, attempts)
+        except Exception:
+            log.exception("dead-letter hook failed for message %s", envelope.message_id)
+
+
+class _Delivery:
+    __slots__ = ("_attempt", "_envelope", "_partition", "_seq", "_settled", "_t", "_token")
+
+    def __init__(
+        self, t: InMemoryTransport, partition: Partition, seq: int, token: int, entry: _Entry
+    ) -> None:
+        self._t = t
+        self._partition = partition
+        self._seq = seq
+        self._token = token
+        self._envelope = entry.envelope
+        self._attempt = entry.deliveries
+        self._settled = False
+
+    @property
+    def envelope(self) -> Envelope:
+        return self._envelope
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    def _first(self) -> bool:
+        first, self._settled = not self._settled, True
+        return first
+
+    async def ack(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        if self._first():
+            self._t._settle(self._partition, self._seq, self._token)
+
+    async def nak(self, delay: float = 0.0) -> None:
+        await anyio.lowlevel.checkpoint()
+        if self._first():
+            self._t._nak(self._partition, self._seq, self._token, delay)
+
+    async def term(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        if self._first():
+            entry = self._t._settle(self._partition, self._seq, self._token)
+            if entry is not None:
+                await self._t._dead(entry.envelope, "term", self._attempt)
+
+
+class _Subscription:
+    def __init__(self, t: InMemoryTransport, partition: Partition, consumer_id: str) -> None:
+        self._t = t
+        self.partition = partition
+        self.consumer_id = consumer_id
+        self._closed = False
+
+    async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
+        """Up to ``max_messages`` deliveries, [] when none came within ``timeout``.
+        Raises ``anyio.ClosedResourceError`` after close()."""
+        if max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        await anyio.lowlevel.checkpoint()
+        deadline = anyio.current_time() + max(timeout, 0.0)
+        q = self._t._queue(self.partition)
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            await self._t._expire(self.partition)
+            got = self._t._take(self.partition, max_messages)
+            if got:
+                return got
+            now = anyio.current_time()
+            if now >= deadline:
+                return []
+            due = q.next_due()
+            wake = deadline if due is None else min(deadline, due)
+            with anyio.move_on_after(max(wake - now, 0.0)):
+                await q.changed.wait()
+
+    async def close(self) -> None:
+        """Stop fetching. Unsettled deliveries come back to whoever fetches after
+        ack_wait (they may still be settled until then). Idempotent."""
+        await anyio.lowlevel.checkpoint()
+        self._closed = True

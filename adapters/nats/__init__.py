@@ -1,0 +1,25 @@
+"""The Transport port on NATS JetStream.
+
+Subjects (prefix ``handler.data.partitions`` by default; see ``_subjects``): announcements
+on ``{prefix}.p{p}``, data on ``{prefix}.p{p}.{project}.data`` (both stored in one
+WorkQueue stream), registration replies on ``{prefix}.p{p}.{project}.reg.response`` (core
+NATS, not stored). One durable pull consumer per partition (``p{p}``, filters
+``{prefix}.p{p}`` and ``{prefix}.p{p}.*.data``), so consumers stay O(partitions).
+Envelope fields travel in headers, the message id as ``Nats-Msg-Id`` (see ``_codec``).
+Dead letters go to a second stream (see ``_dead_letter``).
+"""
+
+from adapters.nats._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
+from adapters.nats._settings import NatsSettings
+from adapters.nats._subscription import NatsDelivery, NatsSubscription
+from adapters.nats._transport import NatsTransport
+
+__all__ = [
+    "DeadLetterHook",
+    "DeadLetterReason",
+    "NatsDelivery",
+    "NatsSettings",
+    "NatsSubscription",
+    "NatsTransport",
+    "log_dead_letter",
+]

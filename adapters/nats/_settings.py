@@ -1,0 +1,71 @@
+"""``NatsSettings``: everything the NATS JetStream transport reads (env prefix ``SHOAL_NATS_``)."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["NatsSettings"]
+
+_TOKEN = r"[A-Za-z0-9_-]+"
+_SUBJECT_PREFIX = rf"^{_TOKEN}(\.{_TOKEN})*$"
+
+
+class NatsSettings(BaseSettings):
+    """Connection, stream and consumer settings of ``NatsTransport``.
+
+    ``sync_always`` documents the durability the stream relies on: fsync of every write
+    is a *server* option (``jetstream { sync_interval: always }``, which infra/local sets)
+    that a client cannot switch on. With ``sync_always`` False a one-replica file stream
+    is created with ``persist_mode: async`` (faster; a crash loses recently acked
+    messages). Memory storage, or one replica, loses acked messages when the server dies.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SHOAL_NATS_", extra="ignore")
+
+    url: str = Field(
+        default="nats://127.0.0.1:4222", description="one URL or several, comma-separated"
+    )
+    name: str = "shoal"
+    stream: str = Field(default="SHOAL", pattern=rf"^{_TOKEN}$")
+    subject_prefix: str = Field(default="handler.data.partitions", pattern=_SUBJECT_PREFIX)
+    storage: Literal["file", "memory"] = "file"
+    replicas: Literal[1, 3] = 1
+    sync_always: bool = True
+    max_deliver: int = Field(default=10, ge=1)
+    ack_wait: float = Field(default=5.0, gt=0)
+    max_ack_pending: int = Field(default=1000, ge=1)
+    duplicate_window: float = Field(default=120.0, gt=0)
+    dead_letter_stream: str = Field(default="SHOAL_DLQ", pattern=rf"^{_TOKEN}$")
+    dead_letter_prefix: str = Field(default="shoal.dlq", pattern=_SUBJECT_PREFIX)
+    dead_letter_max_age: float = Field(default=14 * 24 * 3600.0, gt=0)
+    connect_timeout: float = Field(default=5.0, gt=0)
+    request_timeout: float = Field(
+        default=5.0, gt=0, description="every JetStream API call and ack"
+    )
+    publish_timeout: float = Field(
+        default=10.0, gt=0, description="one publish() call, all its acks"
+    )
+    max_pending_acks: int = Field(
+        default=4000, ge=1, description="publish window of unconfirmed acks"
+    )
+    close_timeout: float = Field(default=5.0, gt=0)
+    reconnect_wait: float = Field(default=0.5, gt=0)
+
+    @model_validator(mode="after")
+    def _apart(self) -> Self:
+        a, b = self.subject_prefix + ".", self.dead_letter_prefix + "."
+        if a.startswith(b) or b.startswith(a):
+            raise ValueError(
+                f"dead_letter_prefix {self.dead_letter_prefix!r} and subject_prefix "
+                f"{self.subject_prefix!r} overlap: the two streams need disjoint subjects"
+            )
+        if self.stream == self.dead_letter_stream:
+            raise ValueError("stream and dead_letter_stream must differ")
+        return self
+
+    @property
+    def servers(self) -> list[str]:
+        return [u.strip() for u in self.url.split(",") if u.strip()]

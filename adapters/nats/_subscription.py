@@ -1,0 +1,208 @@
+"""``NatsSubscription`` and ``NatsDelivery``: one durable pull consumer per partition."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import ServiceUnavailableError
+
+from adapters.nats._codec import decode
+from adapters.nats._dead_letter import DeadLetters
+from adapters.nats._subjects import Subjects
+from core.messages import Envelope
+from core.model import Partition
+from core.ports import Delivery
+
+__all__ = ["NatsDelivery", "NatsSubscription"]
+
+log = logging.getLogger("shoal.adapters.nats")
+
+_ACK = b"+ACK"
+_NAK = b"-NAK"
+_TERM = b"+TERM"
+_UNCONFIRMED = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.NoRespondersError,
+    nats.errors.OutboundBufferLimitError,
+)  # nats.errors.TimeoutError is already a TimeoutError
+
+
+class NatsDelivery:
+    """One fetched message. ack/nak/term are confirmed by the server (a request to the
+    message's ack subject, answered once the server processed it) and bounded by
+    ``request_timeout``. The first call that succeeds wins; later calls are no-ops.
+
+    A settlement the server did not confirm raises ``TimeoutError``: after
+    ``request_timeout``, or at once while the connection is down (the settlement is then
+    still queued and sent on reconnect). It may or may not have taken effect; the
+    delivery stays unsettled, so it may be retried (the server answers a repeated or late
+    ack too). Unsettled messages come back after ack_wait: at-least-once, never lost.
+    """
+
+    __slots__ = ("_attempt", "_dead", "_envelope", "_msg", "_nc", "_settled", "_timeout")
+
+    def __init__(
+        self,
+        msg: Msg,
+        *,
+        envelope: Envelope,
+        attempt: int,
+        nc: Client,
+        dead: DeadLetters,
+        timeout: float,
+    ) -> None:
+        self._msg = msg
+        self._envelope = envelope
+        self._attempt = attempt
+        self._nc = nc
+        self._dead = dead
+        self._timeout = timeout
+        self._settled = False
+
+    @property
+    def envelope(self) -> Envelope:
+        return self._envelope
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    async def ack(self) -> None:
+        await self._settle(_ACK)
+
+    async def nak(self, delay: float = 0.0) -> None:
+        """Redeliver after ``delay`` seconds (at once when 0)."""
+        payload = _NAK
+        if delay > 0:
+            payload += b" " + json.dumps({"delay": int(delay * 1e9)}).encode()
+        await self._settle(payload)
+
+    async def term(self) -> None:
+        """Copy the message to the dead-letter stream, terminate it, then run the hook."""
+        if self._settled:
+            return
+        self._settled = True
+        try:
+            await self._dead.store(self._envelope, "term", self._attempt)
+            await self._request(_TERM)
+        except BaseException:
+            self._settled = False
+            raise
+        await self._dead.notify(self._envelope, "term", self._attempt)
+
+    async def _settle(self, payload: bytes) -> None:
+        if self._settled:
+            return
+        self._settled = True  # no await since the check: concurrent calls see it
+        try:
+            await self._request(payload)
+        except BaseException:
+            self._settled = False
+            raise
+
+    async def _request(self, payload: bytes) -> None:
+        reply = self._msg.reply
+        if not reply:
+            raise ValueError("not a JetStream message: no ack subject")
+        if not self._nc.is_connected:
+            with contextlib.suppress(nats.errors.Error):
+                await self._nc.publish(reply, payload)  # buffered until the reconnect
+            raise TimeoutError("settlement not confirmed: the NATS connection is down")
+        try:
+            await self._nc.request(reply, payload, timeout=self._timeout)
+        except _UNCONFIRMED as exc:
+            raise TimeoutError(f"settlement not confirmed: {exc!r}") from exc
+
+
+class NatsSubscription:
+    """A pull subscription bound to the partition's durable consumer."""
+
+    def __init__(
+        self,
+        partition: Partition,
+        consumer_id: str,
+        *,
+        psub: JetStreamContext.PullSubscription,
+        nc: Client,
+        subjects: Subjects,
+        dead: DeadLetters,
+        stream: str,
+        request_timeout: float,
+        on_close: Callable[[NatsSubscription], None],
+    ) -> None:
+        self.partition = partition
+        self.consumer_id = consumer_id
+        self._psub = psub
+        self._nc = nc
+        self._subjects = subjects
+        self._dead = dead
+        self._stream = stream
+        self._timeout = request_timeout
+        self._on_close = on_close
+        self._closed = False
+
+    async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
+        """Up to ``max_messages`` deliveries, [] when none came within ``timeout`` (also
+        while the connection is down or JetStream is unavailable). Raises
+        ``anyio.ClosedResourceError`` after close()."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        timeout = max(timeout, 0.01)
+        start = anyio.current_time()
+        try:
+            # nats-py bounds the fetch itself; the outer limit guards a lost response.
+            with anyio.fail_after(timeout + self._timeout):
+                msgs = await self._psub.fetch(batch=max_messages, timeout=timeout)
+        except (TimeoutError, nats.errors.TimeoutError):
+            # builtin TimeoutError (asyncio's) or nats' own (FetchTimeoutError is one)
+            return []
+        except (ServiceUnavailableError, nats.errors.NoRespondersError) as exc:
+            # JetStream not ready (a restart, a leader election): nothing arrived; wait
+            # out the timeout so that a caller's loop does not spin.
+            log.warning("fetch on partition %d: JetStream unavailable: %r", self.partition, exc)
+            await anyio.sleep(max(0.0, start + timeout - anyio.current_time()))
+            return []
+        return [self._delivery(m) for m in msgs]
+
+    def _delivery(self, msg: Msg) -> NatsDelivery:
+        md = msg.metadata
+        envelope = decode(
+            msg.subject,
+            msg.headers,
+            msg.data,
+            self._subjects.parse(msg.subject),
+            fallback_id=f"{self._stream}:{md.sequence.stream}",
+            fallback_time=md.timestamp.timestamp(),
+        )
+        return NatsDelivery(
+            msg,
+            envelope=envelope,
+            attempt=md.num_delivered,
+            nc=self._nc,
+            dead=self._dead,
+            timeout=self._timeout,
+        )
+
+    async def close(self) -> None:
+        """Unsubscribe. Unsettled deliveries may still be settled; the server redelivers
+        the others after ack_wait to whoever fetches next. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._on_close(self)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+            try:
+                await self._psub.unsubscribe()
+            except nats.errors.Error as exc:  # connection already closed: nothing to undo
+                log.debug("unsubscribe of partition %d: %r", self.partition, exc)

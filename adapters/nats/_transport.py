@@ -1,0 +1,312 @@
+"""``NatsTransport``: the Transport port on NATS JetStream (see the package docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+import anyio
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.api import PubAck
+from nats.js.errors import APIError, NotFoundError, TooManyStalledMsgsError
+
+from adapters.nats._codec import encode
+from adapters.nats._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
+from adapters.nats._settings import NatsSettings
+from adapters.nats._subjects import Subjects
+from adapters.nats._subscription import NatsSubscription
+from core.errors import PublishError
+from core.messages import Envelope, is_valid_project_id
+from core.model import Partition
+from core.ports import Subscription
+
+__all__ = ["NatsTransport"]
+
+log = logging.getLogger("shoal.adapters.nats")
+
+_STREAM_NAME_IN_USE = 10058  # 'stream name already in use with a different configuration'
+
+
+class NatsTransport:
+    """The Transport port on NATS JetStream.
+
+    ``async with NatsTransport(settings) as t:`` connects (bounded by ``connect_timeout``),
+    creates or updates the work stream and the dead-letter stream, and listens for
+    max-deliveries advisories; leaving closes the subscriptions, flushes the connection
+    (bounded by ``close_timeout``) and closes it. The connection reconnects forever;
+    every server call is bounded by a timeout. ``dead_letter`` is awaited once per dead
+    letter (see ``_dead_letter``).
+    """
+
+    def __init__(
+        self, settings: NatsSettings | None = None, *, dead_letter: DeadLetterHook | None = None
+    ) -> None:
+        self.settings = settings or NatsSettings()
+        self.subjects = Subjects(self.settings.subject_prefix, self.settings.dead_letter_prefix)
+        self._hook = dead_letter or log_dead_letter
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._dead: DeadLetters | None = None
+        self._subscriptions: set[NatsSubscription] = set()
+        self._closing = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        s = self.settings
+        self._closing = False
+        try:
+            with anyio.fail_after(s.connect_timeout):
+                self._nc = await nats.connect(
+                    servers=s.servers,
+                    name=s.name,
+                    connect_timeout=max(1, round(s.connect_timeout)),
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=s.reconnect_wait,
+                    drain_timeout=max(1, round(s.close_timeout)),
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                )
+        except TimeoutError:
+            raise TimeoutError(
+                f"no NATS server answered at {s.url} within {s.connect_timeout} s"
+            ) from None
+        try:
+            self._js = self._nc.jetstream(
+                timeout=s.request_timeout, publish_async_max_pending=s.max_pending_acks
+            )
+            self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
+            await self._ensure_stream(self._stream_config())
+            await self._ensure_stream(self._dead.stream_config())
+            await self._dead.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop listening, flush what is buffered (bounded by ``close_timeout``), close.
+        Idempotent.
+
+        Not nats-py's drain(): it waits for every pull subscription's queue to be
+        "processed", which never happens, and a drain cut short leaks subscription tasks.
+        publish() and settlements are confirmed before they return; a flush is enough.
+        """
+        nc, dead = self._nc, self._dead
+        self._nc, self._js, self._dead = None, None, None
+        if nc is None or nc.is_closed:
+            return
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            for sub in list(self._subscriptions):
+                await sub.close()
+            with anyio.move_on_after(self.settings.close_timeout):
+                try:
+                    if dead is not None:
+                        await dead.stop()
+                    if nc.is_connected:
+                        await nc.flush(timeout=max(1, round(self.settings.close_timeout)))
+                except (nats.errors.Error, TimeoutError) as exc:
+                    log.debug("NATS flush before close: %r", exc)
+            with anyio.move_on_after(1.0):
+                await nc.close()
+
+    @property
+    def dead_letters(self) -> int:
+        """How many dead letters this transport has handled since it was entered."""
+        return self._dead.count if self._dead else 0
+
+    # -- the port --------------------------------------------------------------------
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        """Publish every envelope with a window of at most ``max_pending_acks`` unconfirmed
+        messages, and return once JetStream confirmed (stored) all of them. A message id
+        already stored inside ``duplicate_window`` is confirmed without a second copy.
+
+        Raises ``ValueError`` before publishing anything when an envelope cannot be encoded,
+        and ``PublishError`` when some were not confirmed within ``publish_timeout``. Those
+        may still be stored (a publish buffered during a reconnect is sent afterwards):
+        retry with the same message ids, which the stream stores once.
+        """
+        if not envelopes:
+            return
+        js = self._jetstream()
+        encoded = [(*encode(e, self.subjects), e.payload) for e in envelopes]
+        total = len(encoded)
+        deadline = anyio.current_time() + self.settings.publish_timeout
+        futures: list[asyncio.Future[PubAck]] = []
+        error: BaseException | None = None
+        window = self.settings.max_pending_acks
+        try:
+            for subject, headers, payload in encoded:
+                stall: float | None = None  # a free slot: no wait (and no wait_for task)
+                if js.publish_async_pending() >= window:
+                    stall = deadline - anyio.current_time()
+                    if stall <= 0:
+                        break
+                try:
+                    # wait_stall bounds the wait for a window slot. nats-py turns a
+                    # cancellation during that wait into TooManyStalledMsgsError.
+                    fut = await js.publish_async(
+                        subject, payload, wait_stall=stall, headers=headers
+                    )
+                except TooManyStalledMsgsError as exc:
+                    error = exc
+                    break
+                except nats.errors.Error as exc:
+                    error = exc
+                    break
+                futures.append(fut)
+            if futures:
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    await asyncio.wait(futures)
+        finally:
+            # A future nobody resolves would hold a window slot forever: cancel it.
+            for fut in futures:
+                if not fut.done():
+                    fut.cancel()
+        failed = total - len(futures)
+        for fut in futures:
+            if fut.cancelled():
+                failed += 1
+            elif (failure := fut.exception()) is not None:
+                failed += 1
+                error = error or failure
+        if failed:
+            reason = f"{error!r}" if error else f"no ack within {self.settings.publish_timeout} s"
+            raise PublishError(
+                f"{failed} of {total} messages not confirmed by stream "
+                f"{self.settings.stream}: {reason}"
+            )
+
+    async def open(self, partition: Partition, consumer_id: str) -> Subscription:
+        """Create (or update) the partition's durable consumer ``p{partition}`` and bind a
+        pull subscription to it. ``consumer_id`` names the caller in logs only."""
+        js = self._jetstream()
+        s = self.settings
+        name = self.subjects.consumer_name(partition)
+        config = js_api.ConsumerConfig(
+            name=name,
+            durable_name=name,
+            description=f"shoal partition {partition}",
+            filter_subjects=self.subjects.consumer_filters(partition),
+            deliver_policy=js_api.DeliverPolicy.ALL,
+            ack_policy=js_api.AckPolicy.EXPLICIT,
+            ack_wait=s.ack_wait,
+            max_deliver=s.max_deliver,
+            max_ack_pending=s.max_ack_pending,
+        )
+        await js.add_consumer(s.stream, config, timeout=s.request_timeout)
+        psub = await js.pull_subscribe_bind(consumer=name, stream=s.stream)
+        assert self._nc is not None and self._dead is not None
+        log.debug("partition %d opened by %s", partition, consumer_id)
+        sub = NatsSubscription(
+            partition,
+            consumer_id,
+            psub=psub,
+            nc=self._nc,
+            subjects=self.subjects,
+            dead=self._dead,
+            stream=s.stream,
+            request_timeout=s.request_timeout,
+            on_close=self._subscriptions.discard,
+        )
+        self._subscriptions.add(sub)
+        return sub
+
+    async def backlog(self, partition: Partition) -> int:
+        """The consumer's pending plus unacked messages; before the consumer exists, the
+        stream's message count on the partition's subjects. Messages past max_deliver
+        are not counted (they are moved to the dead-letter stream)."""
+        js = self._jetstream()
+        s = self.settings
+        try:
+            info = await js.consumer_info(
+                s.stream, self.subjects.consumer_name(partition), timeout=s.request_timeout
+            )
+            return (info.num_pending or 0) + (info.num_ack_pending or 0)
+        except NotFoundError:
+            pass
+        count = 0
+        for subject in self.subjects.consumer_filters(partition):
+            si = await js.stream_info(s.stream, subjects_filter=subject)
+            count += sum((si.state.subjects or {}).values())
+        return count
+
+    async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
+        """Core NATS publish of ``{"project", "partition", "handler"}`` to the project's
+        reg.response subject: not stored, lost when nobody listens (best effort)."""
+        if not is_valid_project_id(project_id):
+            raise ValueError(f"project_id {project_id!r} is not one safe subject token")
+        nc = self._client()
+        body = json.dumps({"project": project_id, "partition": partition, "handler": by})
+        await nc.publish(self.subjects.reg_response(partition, project_id), body.encode())
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _stream_config(self) -> js_api.StreamConfig:
+        s = self.settings
+        config = js_api.StreamConfig(
+            name=s.stream,
+            subjects=self.subjects.stream_subjects(),
+            retention=js_api.RetentionPolicy.WORK_QUEUE,
+            storage=js_api.StorageType(s.storage),
+            num_replicas=s.replicas,
+            duplicate_window=s.duplicate_window,
+        )
+        if not s.sync_always and s.storage == "file" and s.replicas == 1:
+            config.persist_mode = js_api.PersistMode.ASYNC
+        return config
+
+    async def _ensure_stream(self, config: js_api.StreamConfig) -> None:
+        """Create the stream, or update it when it exists with another configuration."""
+        js = self._jetstream()
+        try:
+            await js.add_stream(config)
+        except APIError as exc:
+            if exc.err_code != _STREAM_NAME_IN_USE:
+                raise
+            await js.update_stream(config)
+
+    def _client(self) -> Client:
+        if self._nc is None:
+            raise RuntimeError("NatsTransport is not entered (use 'async with')")
+        return self._nc
+
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise RuntimeError("NatsTransport is not entered (use 'async with')")
+        return self._js
+
+    async def _on_error(self, exc: Exception) -> None:
+        nc = self._nc
+        if self._closing or (nc is not None and nc.is_reconnecting):
+            log.debug("NATS: %r", exc)  # one warning per outage is enough (disconnected)
+        else:
+            log.warning("NATS: %r", exc)
+
+    async def _on_disconnected(self) -> None:
+        if self._closing:
+            return
+        log.warning("NATS disconnected from %s", self.settings.url)
+
+    async def _on_reconnected(self) -> None:
+        log.info("NATS reconnected")

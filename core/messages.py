@@ -1,0 +1,60 @@
+"""The message envelope that travels from gateway to sink, and its validation rules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "PROJECT_ID_PATTERN",
+    "Envelope",
+    "LandedRow",
+    "MessageKind",
+    "is_valid_project_id",
+]
+
+PROJECT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def is_valid_project_id(project_id: str) -> bool:
+    """True when ``project_id`` is one safe subject token (the gateway rejects anything else)."""
+    return PROJECT_ID_PATTERN.fullmatch(project_id) is not None
+
+
+class MessageKind(StrEnum):
+    """An announcement opens a project on its partition (the reference handshake); data is data."""
+
+    ANNOUNCE = "announce"
+    DATA = "data"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What the gateway stamps on every accepted message.
+
+    ``message_id`` is unique per accepted message and is the broker's de-duplication id,
+    so a retried publish is a no-op. ``sequence`` counts per (gateway_id, project_id)
+    from 1 without gaps: the audit finds losses as gaps in it.
+    ``received_at`` is the gateway's wall clock in seconds since the epoch.
+    """
+
+    message_id: str
+    project_id: str
+    partition: int
+    gateway_id: str
+    sequence: int
+    received_at: float
+    payload: bytes
+    kind: MessageKind = MessageKind.DATA
+
+
+@dataclass(frozen=True, slots=True)
+class LandedRow:
+    """One message as the sink lands it: the envelope plus who handled it, when, and under
+    which generation (so an audit can prove a deposed owner wrote nothing)."""
+
+    envelope: Envelope
+    generation: int
+    handler_id: str
+    handled_at: float

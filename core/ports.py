@@ -1,0 +1,237 @@
+"""The ports: one ``typing.Protocol`` per outside dependency.
+
+Every port is async (anyio on asyncio). Adapters are async context managers: entering
+connects and starts whatever background work the adapter owns; leaving stops it and
+releases every resource, and is bounded in time. Nothing connects at import time.
+Each port has an in-memory adapter and real adapters, all run through one contract
+suite in ``tests/contract``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.messages import Envelope, LandedRow
+from core.model import Assignment, MemberId, MemberStats, Partition
+
+__all__ = [
+    "AssignmentStore",
+    "Delivery",
+    "Election",
+    "Hold",
+    "LeaderInfo",
+    "Leadership",
+    "Membership",
+    "MembershipLease",
+    "Scaler",
+    "Sink",
+    "Subscription",
+    "Transport",
+]
+
+
+class MembershipLease(Protocol):
+    """One member's presence, kept alive in the background by the adapter that made it."""
+
+    @property
+    def member_id(self) -> MemberId: ...
+
+    def is_lost(self) -> bool:
+        """True once the lease is known lost, or its deadline (last renewal + TTL) has passed.
+
+        The deadline check needs no I/O, so a process resumed after a pause sees the loss
+        before it touches anything, even if no renewal has failed yet.
+        """
+        ...
+
+    async def wait_lost(self) -> None:
+        """Return when the lease is lost (expired, revoked, or renewals failed past the TTL)."""
+        ...
+
+    async def update(self, stats: MemberStats) -> None:
+        """Publish new stats in the member value. Raises ``LeaseLostError`` if the lease is gone."""
+        ...
+
+    async def leave(self) -> None:
+        """Revoke the lease now, so watchers see the member leave at once. Idempotent."""
+        ...
+
+
+class Membership(Protocol):
+    async def join(self, member_id: MemberId, stats: MemberStats, ttl: float) -> MembershipLease:
+        """Register ``member_id`` on a lease of ``ttl`` seconds, renewed every ttl/2 until left.
+
+        Raises ``MemberExistsError`` when a live member already has this id.
+        """
+        ...
+
+    async def members(self) -> Mapping[MemberId, MemberStats]:
+        """The live members and their last reported stats."""
+        ...
+
+    def watch(self) -> AsyncIterator[Mapping[MemberId, MemberStats]]:
+        """Yield the whole live member set now and after every change (joins, leaves, stats).
+
+        Survives a restart of the store: it resumes (or re-reads) and never skips a change
+        silently. The caller cancels it to stop.
+        """
+        ...
+
+
+class Leadership(Protocol):
+    """Proof of being the leader. ``term`` is the fencing token: it only ever grows."""
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def leader_id(self) -> MemberId: ...
+
+    def is_lost(self) -> bool: ...
+
+    async def wait_lost(self) -> None: ...
+
+    async def resign(self) -> None:
+        """Give up leadership now so another candidate is elected at once. Idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderInfo:
+    leader_id: MemberId
+    term: int
+
+
+class Election(Protocol):
+    async def campaign(self, candidate_id: MemberId, ttl: float) -> Leadership:
+        """Block until ``candidate_id`` is the leader; the leadership lease lives ``ttl`` seconds
+        past the last successful renewal. Cancelling the call withdraws the candidacy."""
+        ...
+
+    async def leader(self) -> LeaderInfo | None:
+        """Who leads now, if anyone."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Who is processing a partition right now (the handoff lock), and since which generation.
+
+    ``version`` is the store's opaque version of the record, used for compare-and-set.
+    """
+
+    partition: Partition
+    member_id: MemberId
+    generation: int
+    version: int
+
+
+class AssignmentStore(Protocol):
+    async def publish(self, assignment: Assignment, term: int) -> None:
+        """Store ``assignment`` if ``term`` is still the current leader's term and the stored
+        generation is lower. Raises ``FencedError`` otherwise; stores nothing then."""
+        ...
+
+    async def current(self) -> Assignment | None:
+        """The stored assignment, or None before the first publish."""
+        ...
+
+    def watch(self) -> AsyncIterator[Assignment]:
+        """Yield the stored assignment (if any) and then every newer generation, in order of
+        generation; generations already yielded are never yielded again."""
+        ...
+
+    async def holds(self) -> Mapping[Partition, Hold]:
+        """Every partition currently held, with its holder."""
+        ...
+
+    def watch_holds(self) -> AsyncIterator[Mapping[Partition, Hold]]:
+        """Yield the whole hold map now and after every change."""
+        ...
+
+    async def claim(
+        self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
+    ) -> bool:
+        """Take the hold on ``partition`` if it is free (``replacing`` None) or still exactly
+        ``replacing`` (a holder whose lease expired). False, and nothing changed, otherwise."""
+        ...
+
+    async def release(self, partition: Partition, member_id: MemberId) -> None:
+        """Drop ``member_id``'s hold on ``partition``; no-op when it does not hold it."""
+        ...
+
+    async def register_project(self, partition: Partition, project_id: str) -> bool:
+        """Remember that ``project_id`` lives on ``partition``; True the first time."""
+        ...
+
+    async def projects(self, partition: Partition) -> frozenset[str]:
+        """The projects registered on ``partition``."""
+        ...
+
+
+class Delivery(Protocol):
+    """One message handed to a consumer. ack/nak/term are idempotent: the first one wins."""
+
+    @property
+    def envelope(self) -> Envelope: ...
+
+    @property
+    def attempt(self) -> int:
+        """1 on first delivery, 2 on the first redelivery, and so on."""
+        ...
+
+    async def ack(self) -> None: ...
+
+    async def nak(self, delay: float = 0.0) -> None:
+        """Ask for redelivery after ``delay`` seconds."""
+        ...
+
+    async def term(self) -> None:
+        """Never redeliver (the message goes to the dead-letter hook)."""
+        ...
+
+
+class Subscription(Protocol):
+    async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109 (the broker-side pull wait)
+        """Up to ``max_messages`` deliveries; an empty sequence when none arrived in ``timeout``."""
+        ...
+
+    async def close(self) -> None:
+        """Stop fetching. Unacked deliveries are redelivered to the next subscriber. Idempotent."""
+        ...
+
+
+class Transport(Protocol):
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        """Return once the broker has durably stored every envelope (keyed by ``message_id``,
+        so a retry is a no-op). Raises ``PublishError`` naming how many were not stored."""
+        ...
+
+    async def open(self, partition: Partition, consumer_id: str) -> Subscription:
+        """Subscribe to ``partition``; only one subscription per partition should be open."""
+        ...
+
+    async def backlog(self, partition: Partition) -> int:
+        """Messages stored for ``partition`` and not yet acked (the lag)."""
+        ...
+
+    async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
+        """Answer a project announcement (the reference's reg.response). Best effort."""
+        ...
+
+
+class Sink(Protocol):
+    async def write(self, rows: Sequence[LandedRow]) -> None:
+        """Durably write ``rows``; return only when they are on disk (the caller acks after).
+
+        A redelivered message may land twice; every row carries its ``message_id`` so
+        readers (the audit) count and drop duplicates."""
+        ...
+
+
+class Scaler(Protocol):
+    async def replicas(self) -> int: ...
+
+    async def scale_to(self, replicas: int) -> None: ...

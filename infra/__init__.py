@@ -1,0 +1,1 @@
+"""Infrastructure helpers (local servers, deployment files)."""

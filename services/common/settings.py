@@ -1,0 +1,114 @@
+"""Configuration for every service: environment variables with the prefix ``SHOAL_``.
+
+Adapter-specific settings (``SHOAL_ETCD_*``, ``SHOAL_NATS_*`` ...) live with their adapters.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.assignment import STRATEGIES
+from core.partitioning import DEFAULT_PARTITIONS
+
+COORDINATION_BACKENDS = ("etcd",)
+TRANSPORT_BACKENDS = ("nats",)
+
+
+def default_instance_id(role: str) -> str:
+    return f"{role}-{socket.gethostname()}-{os.getpid()}"
+
+
+class ShoalSettings(BaseSettings):
+    """Settings every service reads. Unknown backend or strategy names fail at start-up."""
+
+    model_config = SettingsConfigDict(env_prefix="SHOAL_", extra="ignore")
+
+    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1, le=100_000)
+    coordination: str = "etcd"
+    transport: str = "nats"
+    strategy: str = "sticky"
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
+
+    @field_validator("coordination")
+    @classmethod
+    def _known_coordination(cls, value: str) -> str:
+        return _one_of(value, COORDINATION_BACKENDS)
+
+    @field_validator("transport")
+    @classmethod
+    def _known_transport(cls, value: str) -> str:
+        return _one_of(value, TRANSPORT_BACKENDS)
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        return _one_of(value, tuple(sorted(STRATEGIES)))
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_GATEWAY_", extra="ignore")
+
+    id: str = Field(default_factory=lambda: default_instance_id("gw"))
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    max_message_bytes: int = Field(default=256 * 1024, ge=1)
+    max_messages_per_request: int = Field(default=10_000, ge=1)
+    publish_timeout: float = Field(default=10.0, gt=0)
+    retry_after_seconds: int = Field(default=2, ge=1)
+
+
+class HandlerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_HANDLER_", extra="ignore")
+
+    id: str = Field(default_factory=lambda: default_instance_id("h"))
+    lease_ttl: float = Field(default=10.0, gt=0)
+    stats_interval: float = Field(default=5.0, gt=0)
+    data_dir: Path = Path("var/data")
+    fetch_batch: int = Field(default=256, ge=1, le=10_000)
+    fetch_timeout: float = Field(default=0.5, gt=0)
+    drain_timeout: float = Field(default=8.0, gt=0)
+    retry_delay: float = Field(default=1.0, ge=0)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+
+
+class LeaderSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_LEADER_", extra="ignore")
+
+    id: str = Field(default_factory=lambda: default_instance_id("leader"))
+    lease_ttl: float = Field(default=10.0, gt=0)
+    debounce: float = Field(default=0.2, ge=0)
+    reconcile_interval: float = Field(default=20.0, gt=0)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8090, ge=0, le=65535)
+
+
+def _one_of(value: str, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ValueError(f"{value!r} is not one of: {', '.join(valid)}")
+    return value
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def load_settings(cls: type[SettingsT]) -> SettingsT:
+    """Read ``cls`` from the environment; on bad values print which and exit with status 2."""
+    try:
+        return cls()
+    except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        for error in exc.errors():
+            name = prefix + "_".join(str(part) for part in error["loc"]).upper()
+            message = str(error["msg"]).removeprefix("Value error, ")
+            print(f"error: {name}: {message}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,65 @@
+"""The gateway's composition root: settings -> container -> uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+
+import anyio
+from dependency_injector import containers, providers
+
+from core.ingest import IngestLimits
+from services.common.backends import Backends
+from services.common.http import embedded_server, serve_until
+from services.common.lifecycle import boot, stop_on_signals
+from services.common.logs import fields
+from services.common.settings import GatewaySettings, ShoalSettings
+from services.gateway.app import create_app
+
+log = logging.getLogger("shoal.gateway")
+
+
+class GatewayContainer(containers.DeclarativeContainer):
+    shoal = providers.Singleton(ShoalSettings)
+    gateway = providers.Singleton(GatewaySettings)
+    config = providers.Configuration(strict=True)
+    backends = providers.Container(Backends, config=config)
+
+
+async def serve(container: GatewayContainer) -> None:
+    shoal: ShoalSettings = container.shoal()
+    settings: GatewaySettings = container.gateway()
+    async with AsyncExitStack() as stack:
+        transport = await stack.enter_async_context(container.backends.transport())
+        app = create_app(
+            transport,
+            gateway_id=settings.id,
+            partitions=shoal.partitions,
+            limits=IngestLimits(
+                max_body_bytes=settings.max_body_bytes,
+                max_message_bytes=settings.max_message_bytes,
+                max_messages=settings.max_messages_per_request,
+            ),
+            publish_timeout=settings.publish_timeout,
+            retry_after_seconds=settings.retry_after_seconds,
+        )
+        server = embedded_server(app, settings.host, settings.port)
+        stop = anyio.Event()
+        log.info(
+            "gateway starting",
+            extra=fields(id=settings.id, url=f"http://{settings.host}:{settings.port}"),
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, stop, 15.0)
+            await serve_until(server, stop)
+            tg.cancel_scope.cancel()
+    log.info("gateway stopped", extra=fields(id=settings.id))
+
+
+def main() -> None:
+    container = GatewayContainer()
+    boot(container, container.gateway, GatewaySettings, serve)
+
+
+if __name__ == "__main__":
+    main()

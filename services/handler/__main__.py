@@ -1,0 +1,3 @@
+from services.handler.main import main
+
+main()

@@ -1,0 +1,67 @@
+"""The handler's composition root: settings -> container -> run until SIGTERM, then drain."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+
+import anyio
+from dependency_injector import containers, providers
+from prometheus_client import CollectorRegistry, start_http_server
+
+from adapters.parquet import ParquetSettings, ParquetSink
+from services.common.backends import Backends
+from services.common.lifecycle import boot, stop_on_signals
+from services.common.logs import fields
+from services.common.settings import HandlerSettings, ShoalSettings
+from services.handler.metrics import HandlerMetrics
+from services.handler.worker import Handler
+
+log = logging.getLogger("shoal.handler")
+
+
+class HandlerContainer(containers.DeclarativeContainer):
+    shoal = providers.Singleton(ShoalSettings)
+    handler = providers.Singleton(HandlerSettings)
+    config = providers.Configuration(strict=True)
+    backends = providers.Container(Backends, config=config)
+    registry = providers.Singleton(CollectorRegistry)
+    metrics = providers.Singleton(HandlerMetrics, registry)
+    sink = providers.Factory(
+        ParquetSink, providers.Factory(ParquetSettings, data_dir=handler.provided.data_dir)
+    )
+
+
+async def serve(container: HandlerContainer) -> None:
+    settings: HandlerSettings = container.handler()
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, "127.0.0.1", registry=container.registry())
+    stop = anyio.Event()
+    async with AsyncExitStack() as stack:
+        membership = await stack.enter_async_context(container.backends.membership())
+        store = await stack.enter_async_context(container.backends.assignment_store())
+        transport = await stack.enter_async_context(container.backends.transport())
+        sink = await stack.enter_async_context(container.sink())
+        handler = Handler(
+            settings=settings,
+            membership=membership,
+            store=store,
+            transport=transport,
+            sink=sink,
+            metrics=container.metrics(),
+        )
+        log.info("handler starting", extra=fields(id=settings.id, data_dir=str(settings.data_dir)))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, stop, settings.drain_timeout + 5)
+            await handler.run(stop)
+            tg.cancel_scope.cancel()
+    log.info("handler stopped", extra=fields(id=settings.id))
+
+
+def main() -> None:
+    container = HandlerContainer()
+    boot(container, container.handler, HandlerSettings, serve)
+
+
+if __name__ == "__main__":
+    main()

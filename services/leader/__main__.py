@@ -1,0 +1,3 @@
+from services.leader.main import main
+
+main()

@@ -1,0 +1,162 @@
+"""The active leader's loop: watch members (debounced), reconcile on change and every
+``reconcile_interval``, publish the strategy's assignment guarded by the term, and step
+down the moment leadership is lost. Standby replicas just campaign."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import anyio
+
+from core.assignment import AssignmentOptions, AssignmentRequest, Strategy
+from core.errors import FencedError, StoreUnavailableError
+from core.handoff import needs_rebalance
+from core.model import Assignment, Member, MemberId
+from core.ports import AssignmentStore, Election, Leadership, Membership
+from services.common.logs import fields
+from services.common.observed import Observed
+from services.common.settings import LeaderSettings
+
+log = logging.getLogger("shoal.leader")
+
+
+@dataclass(frozen=True)
+class RebalanceRecord:
+    """One published generation, for the status API and dashboard."""
+
+    at: float
+    generation: int
+    members: int
+    moved: int
+    revoked: dict[MemberId, tuple[int, ...]]
+    granted: dict[MemberId, tuple[int, ...]]
+    compute_seconds: float
+
+
+class Coordinator:
+    def __init__(
+        self,
+        *,
+        settings: LeaderSettings,
+        partitions: int,
+        strategy: Strategy,
+        election: Election,
+        membership: Membership,
+        store: AssignmentStore,
+        options: AssignmentOptions | None = None,
+    ) -> None:
+        self._settings = settings
+        self._partitions = partitions
+        self._strategy = strategy
+        self._election = election
+        self._membership = membership
+        self._store = store
+        self._options = options or AssignmentOptions()
+        self.leadership: Leadership | None = None
+        self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)
+
+    @property
+    def leader_id(self) -> MemberId:
+        return self._settings.id
+
+    async def run(self, stop: anyio.Event) -> None:
+        """Campaign, lead while elected, campaign again after losing; until ``stop``."""
+        async with anyio.create_task_group() as tg:
+
+            async def on_stop() -> None:
+                await stop.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_stop)
+            while True:
+                leadership = await self._election.campaign(self.leader_id, self._settings.lease_ttl)
+                self.leadership = leadership
+                log.info("elected", extra=fields(leader=self.leader_id, term=leadership.term))
+                try:
+                    await self._lead(leadership)
+                finally:
+                    self.leadership = None
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(3):
+                        await leadership.resign()
+                log.warning(
+                    "leadership lost; campaigning again", extra=fields(term=leadership.term)
+                )
+
+    async def _lead(self, leadership: Leadership) -> None:
+        members: Observed[frozenset[MemberId]] = Observed(frozenset())
+        async with anyio.create_task_group() as tg:
+
+            async def on_lost() -> None:
+                await leadership.wait_lost()
+                tg.cancel_scope.cancel()
+
+            async def watch_members() -> None:
+                async for live in self._membership.watch():
+                    if frozenset(live) != members.value:
+                        members.set(frozenset(live))
+
+            tg.start_soon(on_lost)
+            tg.start_soon(watch_members)
+            tg.start_soon(self._reconcile_loop, leadership, members)
+
+    async def _reconcile_loop(
+        self, leadership: Leadership, members: Observed[frozenset[MemberId]]
+    ) -> None:
+        while True:
+            # Debounce: a burst of joins (a scale-up) becomes one rebalance.
+            while await members.wait_change(within=self._settings.debounce):
+                pass
+            try:
+                await self.reconcile(leadership, members.value)
+            except FencedError as exc:
+                log.warning("publish fenced; stepping down", extra=fields(error=str(exc)))
+                return
+            except StoreUnavailableError as exc:
+                log.warning("reconcile failed; will retry", extra=fields(error=str(exc)))
+            await members.wait_change(within=self._settings.reconcile_interval)
+
+    async def reconcile(
+        self, leadership: Leadership, live: frozenset[MemberId]
+    ) -> Assignment | None:
+        """Publish a new generation if the live members and the stored assignment disagree."""
+        previous = await self._store.current()
+        if not needs_rebalance(previous, live):
+            return None
+        previous = previous or Assignment.empty(self._partitions)
+        started = time.perf_counter()
+        result = self._strategy.assign(
+            AssignmentRequest(
+                partitions=self._partitions,
+                members=tuple(Member(m) for m in sorted(live)),
+                previous=previous,
+                options=self._options,
+            )
+        )
+        compute_seconds = time.perf_counter() - started
+        if result.moved == 0 and previous.generation > 0:
+            return None
+        await self._store.publish(result.assignment, leadership.term)
+        record = RebalanceRecord(
+            at=time.time(),
+            generation=result.assignment.generation,
+            members=len(live),
+            moved=result.moved,
+            revoked={m: p for m, p in result.revoked.items() if p},
+            granted={m: p for m, p in result.granted.items() if p},
+            compute_seconds=compute_seconds,
+        )
+        self.rebalances.append(record)
+        log.info(
+            "published assignment",
+            extra=fields(
+                generation=record.generation,
+                term=leadership.term,
+                members=record.members,
+                moved=record.moved,
+                strategy=self._strategy.name,
+            ),
+        )
+        return result.assignment

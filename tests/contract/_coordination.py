@@ -1,0 +1,641 @@
+"""Contract suites of the coordination ports: Membership, Election, AssignmentStore.
+
+Written once, run against every adapter (Watermill's habit). A test module subclasses
+``MembershipContract``, ``ElectionContract`` and ``AssignmentStoreContract`` and provides a
+``harness`` fixture (a ``CoordinationHarness``): it opens adapters on one fresh, isolated
+store and injects faults. ``Features`` tells which checks apply.
+
+Every wait is bounded by ``anyio.fail_after``; the only sleeps are the time under test
+(a lease outliving its TTL) or a bounded check that something does NOT happen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import anyio
+import pytest
+
+from core.errors import FencedError, LeaseLostError, MemberExistsError, StoreUnavailableError
+from core.model import Assignment, MemberStats
+from core.ports import (
+    AssignmentStore,
+    Election,
+    Hold,
+    LeaderInfo,
+    Leadership,
+    Membership,
+    MembershipLease,
+)
+
+__all__ = [
+    "AssignmentStoreContract",
+    "CoordinationHarness",
+    "ElectionContract",
+    "Features",
+    "MembershipContract",
+]
+
+T = TypeVar("T")
+
+WAIT = 5.0  # bound on anything that should happen promptly
+LONG_TTL = 10.0  # a lease that must not expire during the test
+SHORT_TTL = 1.0  # a lease whose expiry is the test
+STATS_A = MemberStats(cpu=0.5, project_count=3, last_message_id="m-1", rate=2.5)
+STATS_A2 = MemberStats(cpu=0.75, project_count=4, last_message_id="m-9", rate=3.0)
+STATS_B = MemberStats(cpu=0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What the adapter under test can show.
+
+    ``restartable``: the harness can restart the store mid-test (watches must resume).
+    ``expiry_slack``: how long after a lease's client-side deadline the store may still
+    keep its keys (etcd rounds TTLs up to 2 s and checks expiry every 500 ms).
+    """
+
+    restartable: bool = False
+    expiry_slack: float = 0.0
+
+
+class CoordinationHarness(Protocol):
+    """Adapters over one fresh store, and the faults a test may inject into them."""
+
+    @property
+    def features(self) -> Features: ...
+
+    def membership(self) -> AbstractAsyncContextManager[Membership]: ...
+
+    def election(self) -> AbstractAsyncContextManager[Election]: ...
+
+    def store(self) -> AbstractAsyncContextManager[AssignmentStore]: ...
+
+    async def expire(self, lease: MembershipLease | Leadership) -> None:
+        """End ``lease`` on the store's side, as if its TTL had run out."""
+        ...
+
+    def pause_renewal(self, lease: MembershipLease | Leadership) -> None:
+        """Stop renewing ``lease``, as a paused (SIGSTOP) process would."""
+        ...
+
+    async def restart_store(self) -> None:
+        """Restart the store on the same address and data (only if ``restartable``)."""
+        ...
+
+
+@asynccontextmanager
+async def watching(source: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
+    """Close a port's watch iterator (an async generator) when the block ends."""
+    try:
+        yield source
+    finally:
+        aclose: Callable[[], Awaitable[None]] | None = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def next_within(updates: AsyncIterator[T], seconds: float = WAIT) -> T:
+    with anyio.fail_after(seconds):
+        return await anext(updates)
+
+
+async def until(updates: AsyncIterator[T], wanted: Callable[[T], bool], seconds: float) -> T:
+    """The first update that satisfies ``wanted``, within ``seconds``."""
+    with anyio.fail_after(seconds):
+        async for update in updates:
+            if wanted(update):
+                return update
+    raise AssertionError("the watch ended")
+
+
+async def retry_while_unavailable(call: Callable[[], Awaitable[T]], seconds: float = 30) -> T:
+    """Run ``call`` until the store answers (it may still be starting after a restart)."""
+    with anyio.fail_after(seconds):
+        while True:
+            try:
+                return await call()
+            except StoreUnavailableError:
+                await anyio.sleep(0.1)
+
+
+def owners(generation: int, *per_partition: str) -> Assignment:
+    return Assignment(generation, tuple((o,) if o else () for o in per_partition))
+
+
+# --- Membership ------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+class MembershipContract:
+    async def test_watch_sees_join_update_and_leave_when_members_change(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.membership() as observer,
+            harness.membership() as one,
+            harness.membership() as two,
+            watching(observer.watch()) as updates,
+        ):
+            assert await next_within(updates) == {}
+            a = await one.join("a", STATS_A, LONG_TTL)
+            assert await next_within(updates) == {"a": STATS_A}
+            await a.update(STATS_A2)
+            assert await next_within(updates) == {"a": STATS_A2}
+            b = await two.join("b", STATS_B, LONG_TTL)
+            assert await next_within(updates) == {"a": STATS_A2, "b": STATS_B}
+            await a.leave()
+            # at once: far sooner than the 10 s TTL
+            assert await next_within(updates, 2.0) == {"b": STATS_B}
+            await b.leave()
+            assert await next_within(updates, 2.0) == {}
+
+    async def test_members_lists_live_members_when_joined(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership:
+            assert await membership.members() == {}
+            a = await membership.join("a", STATS_A, LONG_TTL)
+            await membership.join("b", STATS_B, LONG_TTL)
+            assert await membership.members() == {"a": STATS_A, "b": STATS_B}
+            await a.leave()
+            assert await membership.members() == {"b": STATS_B}
+
+    async def test_join_raises_member_exists_when_id_is_live(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as first, harness.membership() as second:
+            a = await first.join("a", STATS_A, LONG_TTL)
+            with pytest.raises(MemberExistsError):
+                await second.join("a", STATS_B, LONG_TTL)
+            assert await second.members() == {"a": STATS_A}
+            assert not a.is_lost()
+            await a.update(STATS_A2)  # the first member is untouched
+            assert await first.members() == {"a": STATS_A2}
+
+    async def test_join_succeeds_when_the_previous_member_left(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership:
+            old = await membership.join("a", STATS_A, LONG_TTL)
+            await old.leave()
+            new = await membership.join("a", STATS_B, LONG_TTL)
+            assert await membership.members() == {"a": STATS_B}
+            with pytest.raises(LeaseLostError):
+                await old.update(STATS_A2)  # the old lease does not write over the new one
+            assert await membership.members() == {"a": STATS_B}
+            assert not new.is_lost()
+
+    async def test_leave_is_idempotent_when_called_twice(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership:
+            a = await membership.join("a", STATS_A, LONG_TTL)
+            await a.leave()
+            await a.leave()
+            assert a.is_lost()
+            with anyio.fail_after(WAIT):
+                await a.wait_lost()
+            with pytest.raises(LeaseLostError):
+                await a.update(STATS_A2)
+            assert await membership.members() == {}
+
+    async def test_lease_stays_alive_when_renewed_past_its_ttl(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership:
+            a = await membership.join("a", STATS_A, SHORT_TTL)
+            await anyio.sleep(SHORT_TTL * 2.5)  # the passing time is what is under test
+            assert not a.is_lost()
+            await a.update(STATS_A2)
+            assert await membership.members() == {"a": STATS_A2}
+
+    async def test_member_disappears_and_lease_is_lost_when_lease_expires(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.membership() as observer,
+            harness.membership() as membership,
+            watching(observer.watch()) as updates,
+        ):
+            assert await next_within(updates) == {}
+            a = await membership.join("a", STATS_A, LONG_TTL)
+            await membership.join("b", STATS_B, LONG_TTL)
+            await until(updates, lambda m: set(m) == {"a", "b"}, WAIT)
+            await harness.expire(a)
+            assert await next_within(updates) == {"b": STATS_B}
+            with anyio.fail_after(WAIT):
+                await a.wait_lost()
+            assert a.is_lost()
+            with pytest.raises(LeaseLostError):
+                await a.update(STATS_A2)
+
+    async def test_lease_is_lost_at_its_deadline_when_renewal_stops(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.membership() as observer,
+            harness.membership() as membership,
+            watching(observer.watch()) as updates,
+        ):
+            a = await membership.join("a", STATS_A, SHORT_TTL)
+            await until(updates, lambda m: "a" in m, WAIT)
+            harness.pause_renewal(a)
+            with anyio.fail_after(SHORT_TTL + 0.5):  # its deadline, by the local clock
+                await a.wait_lost()
+            assert a.is_lost()
+            with pytest.raises(LeaseLostError):
+                await a.update(STATS_A2)
+            # and the store drops the member once the lease expired there too
+            slack = harness.features.expiry_slack
+            await until(updates, lambda m: "a" not in m, SHORT_TTL + slack + WAIT)
+
+    async def test_is_lost_at_once_when_the_process_was_paused_past_the_deadline(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership:
+            a = await membership.join("a", STATS_A, SHORT_TTL)
+            assert not a.is_lost()
+            # Block the event loop (a paused process): no renewal, no I/O can run.
+            started = time.monotonic()
+            time.sleep(SHORT_TTL * 1.2)  # noqa: ASYNC251 - the blocking pause is the test
+            assert time.monotonic() - started >= SHORT_TTL
+            assert a.is_lost()  # from the clock alone, before any await
+
+    async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
+        if not harness.features.restartable:
+            pytest.skip("the harness cannot restart this store")
+        async with (
+            harness.membership() as observer,
+            harness.membership() as membership,
+            watching(observer.watch()) as updates,
+        ):
+            assert await next_within(updates) == {}
+            await membership.join("a", STATS_A, LONG_TTL)
+            assert await next_within(updates) == {"a": STATS_A}
+            await harness.restart_store()
+            await retry_while_unavailable(lambda: membership.join("b", STATS_B, LONG_TTL))
+            await until(updates, lambda m: m == {"a": STATS_A, "b": STATS_B}, 30)
+
+
+# --- Election --------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+class ElectionContract:
+    async def test_leader_is_none_when_nobody_campaigned(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as election:
+            assert await election.leader() is None
+
+    async def test_exactly_one_wins_when_two_candidates_campaign(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as one, harness.election() as two:
+            send, receive = anyio.create_memory_object_stream[Leadership](2)
+
+            async def run(election: Election, candidate: str) -> None:
+                await send.send(await election.campaign(candidate, LONG_TTL))
+
+            async with send, receive, anyio.create_task_group() as tasks:
+                tasks.start_soon(run, one, "a")
+                tasks.start_soon(run, two, "b")
+                first = await next_within(receive)
+                with anyio.move_on_after(0.5):  # the other one must not win meanwhile
+                    second = await receive.receive()
+                    pytest.fail(f"two leaders at once: {first.leader_id} and {second.leader_id}")
+                assert not first.is_lost()
+                assert await one.leader() == LeaderInfo(first.leader_id, first.term)
+                await first.resign()
+                second = await next_within(receive)
+                assert {first.leader_id, second.leader_id} == {"a", "b"}
+                assert second.term > first.term
+                assert await two.leader() == LeaderInfo(second.leader_id, second.term)
+                await second.resign()
+
+    async def test_leadership_is_lost_and_leader_cleared_when_resigned(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as election:
+            leadership = await election.campaign("a", LONG_TTL)
+            await leadership.resign()
+            await leadership.resign()  # idempotent
+            assert leadership.is_lost()
+            with anyio.fail_after(WAIT):
+                await leadership.wait_lost()
+            assert await election.leader() is None
+
+    async def test_other_candidate_wins_when_leader_lease_expires(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as one, harness.election() as two:
+            first = await one.campaign("a", LONG_TTL)
+            async with anyio.create_task_group() as tasks:
+                send, receive = anyio.create_memory_object_stream[Leadership](1)
+
+                async def run() -> None:
+                    async with send:
+                        await send.send(await two.campaign("b", LONG_TTL))
+
+                tasks.start_soon(run)
+                await harness.expire(first)
+                with anyio.fail_after(WAIT):
+                    await first.wait_lost()
+                assert first.is_lost()
+                async with receive:
+                    second = await next_within(receive, WAIT + harness.features.expiry_slack)
+            assert second.leader_id == "b"
+            assert second.term > first.term
+            await second.resign()
+
+    async def test_leadership_is_lost_at_its_deadline_when_renewal_stops(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as one, harness.election() as two:
+            first = await one.campaign("a", SHORT_TTL)
+            harness.pause_renewal(first)
+            with anyio.fail_after(SHORT_TTL + 0.5):
+                await first.wait_lost()
+            assert first.is_lost()
+            with anyio.fail_after(SHORT_TTL + harness.features.expiry_slack + WAIT):
+                second = await two.campaign("b", LONG_TTL)
+            assert second.term > first.term
+            await second.resign()
+
+    async def test_terms_strictly_increase_when_leaders_follow_each_other(
+        self, harness: CoordinationHarness
+    ) -> None:
+        terms: list[int] = []
+        async with harness.election() as election:
+            for candidate in ("a", "b", "a", "c"):
+                with anyio.fail_after(WAIT):
+                    leadership = await election.campaign(candidate, LONG_TTL)
+                terms.append(leadership.term)
+                await leadership.resign()
+        assert terms == sorted(set(terms)), terms
+
+    async def test_cancelled_candidate_never_wins_when_campaign_is_cancelled(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.election() as one,
+            harness.election() as two,
+            harness.election() as three,
+        ):
+            first = await one.campaign("a", LONG_TTL)
+            with anyio.move_on_after(0.3) as scope:
+                await two.campaign("b", LONG_TTL)
+            assert scope.cancelled_caught
+            async with anyio.create_task_group() as tasks:
+                send, receive = anyio.create_memory_object_stream[Leadership](1)
+
+                async def run() -> None:
+                    async with send:
+                        await send.send(await three.campaign("c", LONG_TTL))
+
+                tasks.start_soon(run)
+                await first.resign()
+                async with receive:
+                    third = await next_within(receive)
+            assert third.leader_id == "c"
+            assert await one.leader() == LeaderInfo("c", third.term)
+            await third.resign()
+
+
+# --- AssignmentStore -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+class AssignmentStoreContract:
+    async def test_current_is_none_when_nothing_was_published(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            assert await store.current() is None
+
+    async def test_publish_stores_assignment_when_term_is_current(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as election, harness.store() as store:
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(owners(1, "a", "b", ""), leader.term)
+            assert await store.current() == owners(1, "a", "b", "")
+            await store.publish(owners(2, "b", "a", "a"), leader.term)
+            assert await store.current() == owners(2, "b", "a", "a")
+
+    async def test_publish_keeps_fan_out_owners_when_several_own_a_partition(
+        self, harness: CoordinationHarness
+    ) -> None:
+        assignment = Assignment(1, (("a", "b"), (), ("c",)))
+        async with harness.election() as election, harness.store() as store:
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(assignment, leader.term)
+            assert await store.current() == assignment
+
+    async def test_publish_is_fenced_and_stores_nothing_when_term_is_stale(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as election, harness.store() as store:
+            old = await election.campaign("old", LONG_TTL)
+            await store.publish(owners(1, "a"), old.term)
+            await old.resign()
+            with pytest.raises(FencedError):
+                await store.publish(owners(2, "b"), old.term)  # nobody leads
+            new = await election.campaign("new", LONG_TTL)
+            with pytest.raises(FencedError):
+                await store.publish(owners(2, "b"), old.term)  # someone else leads
+            assert await store.current() == owners(1, "a")
+            await store.publish(owners(2, "c"), new.term)
+            assert await store.current() == owners(2, "c")
+
+    async def test_publish_is_fenced_when_generation_is_not_higher(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as election, harness.store() as store:
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(owners(5, "a"), leader.term)
+            with pytest.raises(FencedError):
+                await store.publish(owners(5, "b"), leader.term)
+            with pytest.raises(FencedError):
+                await store.publish(owners(4, "b"), leader.term)
+            assert await store.current() == owners(5, "a")
+
+    async def test_one_publish_wins_when_two_race_for_one_generation(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.election() as election,
+            harness.store() as one,
+            harness.store() as two,
+        ):
+            leader = await election.campaign("leader", LONG_TTL)
+            await one.publish(owners(1, "x"), leader.term)
+            outcomes: dict[str, str] = {}
+
+            async def publish(store: AssignmentStore, owner: str) -> None:
+                try:
+                    await store.publish(owners(2, owner), leader.term)
+                    outcomes[owner] = "stored"
+                except FencedError:
+                    outcomes[owner] = "fenced"
+
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(publish, one, "a")
+                    tasks.start_soon(publish, two, "b")
+            assert sorted(outcomes.values()) == ["fenced", "stored"], outcomes
+            winner = next(o for o, result in outcomes.items() if result == "stored")
+            assert await one.current() == owners(2, winner)
+
+    async def test_watch_yields_increasing_generations_once_when_published(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.election() as election,
+            harness.store() as store,
+            watching(store.watch()) as updates,
+        ):
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(owners(1, "a"), leader.term)
+            seen = [await next_within(updates)]
+            assert seen == [owners(1, "a")]
+            for generation in range(2, 7):
+                await store.publish(owners(generation, "a" if generation % 2 else "b"), leader.term)
+            with pytest.raises(FencedError):
+                await store.publish(owners(3, "z"), leader.term)
+            with anyio.fail_after(WAIT):
+                async for assignment in updates:
+                    seen.append(assignment)
+                    if assignment.generation == 6:
+                        break
+            generations = [a.generation for a in seen]
+            assert generations == sorted(set(generations)), generations
+            assert all(a.owners != (("z",),) for a in seen)
+            # and nothing more: a later publish is the next thing the watch yields
+            await store.publish(owners(9, "c"), leader.term)
+            assert await next_within(updates) == owners(9, "c")
+
+    async def test_watch_starts_with_the_current_assignment_when_one_is_stored(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.election() as election, harness.store() as store:
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(owners(3, "a"), leader.term)
+            await store.publish(owners(4, "b"), leader.term)
+            async with watching(store.watch()) as updates:
+                assert await next_within(updates) == owners(4, "b")
+
+    async def test_second_claim_fails_when_partition_is_held(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            assert await store.holds() == {}
+            assert await store.claim(0, "a", 1, None)
+            assert not await store.claim(0, "b", 1, None)
+            assert not await store.claim(0, "a", 2, None)
+            holds = await store.holds()
+            assert set(holds) == {0}
+            assert (holds[0].partition, holds[0].member_id, holds[0].generation) == (0, "a", 1)
+            assert await store.claim(1, "b", 1, None)
+            assert {p: h.member_id for p, h in (await store.holds()).items()} == {0: "a", 1: "b"}
+
+    async def test_claim_replacing_succeeds_once_when_hold_is_unchanged(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            assert await store.claim(3, "dead", 1, None)
+            observed = (await store.holds())[3]
+            assert await store.claim(3, "b", 2, observed)
+            assert not await store.claim(3, "c", 2, observed)  # b's hold is not `observed`
+            now = (await store.holds())[3]
+            assert (now.member_id, now.generation) == ("b", 2)
+            assert now.version != observed.version
+
+    async def test_claim_replacing_fails_when_observed_hold_was_released(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            assert await store.claim(2, "a", 1, None)
+            observed = (await store.holds())[2]
+            await store.release(2, "a")
+            assert not await store.claim(2, "b", 2, observed)
+            assert await store.holds() == {}
+            assert await store.claim(2, "b", 2, None)
+
+    async def test_claim_replacing_fails_when_observed_hold_was_replaced(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            assert await store.claim(2, "a", 1, None)
+            observed = (await store.holds())[2]
+            await store.release(2, "a")
+            assert await store.claim(2, "a", 1, None)  # same member and generation again
+            assert not await store.claim(2, "b", 2, observed)
+            assert (await store.holds())[2].member_id == "a"
+
+    async def test_release_is_a_no_op_when_member_does_not_hold(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            await store.release(0, "a")  # nothing held
+            assert await store.claim(0, "a", 1, None)
+            await store.release(0, "b")  # held by someone else
+            assert (await store.holds())[0].member_id == "a"
+            await store.release(0, "a")
+            assert await store.holds() == {}
+            await store.release(0, "a")  # again
+
+    async def test_watch_holds_yields_the_map_when_holds_change(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store, watching(store.watch_holds()) as updates:
+
+            def members(holds: Mapping[int, Hold]) -> dict[int, str]:
+                return {p: h.member_id for p, h in holds.items()}
+
+            assert await next_within(updates) == {}
+            assert await store.claim(0, "a", 1, None)
+            assert members(await next_within(updates)) == {0: "a"}
+            assert await store.claim(7, "b", 1, None)
+            assert members(await next_within(updates)) == {0: "a", 7: "b"}
+            observed = (await store.holds())[0]
+            assert await store.claim(0, "c", 2, observed)
+            assert members(await next_within(updates)) == {0: "c", 7: "b"}
+            await store.release(7, "b")
+            assert members(await next_within(updates)) == {0: "c"}
+
+    async def test_register_project_is_true_once_when_registered_twice(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.store() as store:
+            assert await store.projects(1) == frozenset()
+            assert await store.register_project(1, "p-1")
+            assert not await store.register_project(1, "p-1")
+            assert await store.register_project(1, "p-2")
+            assert await store.register_project(10, "p-1")  # another partition
+            assert await store.projects(1) == {"p-1", "p-2"}
+            assert await store.projects(10) == {"p-1"}
+            assert await store.projects(0) == frozenset()
+
+    async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
+        if not harness.features.restartable:
+            pytest.skip("the harness cannot restart this store")
+        async with (
+            harness.election() as election,
+            harness.store() as store,
+            watching(store.watch()) as updates,
+        ):
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(owners(1, "a"), leader.term)
+            assert await next_within(updates) == owners(1, "a")  # read
+            await store.publish(owners(2, "b"), leader.term)
+            assert await next_within(updates) == owners(2, "b")  # watched: the stream is open
+            await harness.restart_store()
+            await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.term))
+            assert await next_within(updates, 30) == owners(3, "c")
+            assert not leader.is_lost()

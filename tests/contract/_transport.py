@@ -1,0 +1,341 @@
+"""The Transport contract, written once and run against every adapter (Watermill style).
+
+An adapter's test module subclasses ``TransportContract`` and supplies:
+
+- ``features``: what the adapter promises (checks that do not apply are skipped);
+- a ``make_transport`` fixture: a factory ``(dead_letter_hook) -> async context manager``
+  returning a fresh, isolated transport with ack_wait ``ACK_WAIT``, max_deliver
+  ``MAX_DELIVER`` and the default duplicate window;
+- for ``persistent`` adapters, a ``crash_and_restart`` fixture: an async callable that
+  kills the server (kill -9) and brings it back with its data.
+
+The class name does not start with ``Test``, so pytest collects it only through subclasses.
+Every wait is bounded by ``anyio.fail_after``; no sleep is used as synchronisation.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import anyio
+import pytest
+
+from core.messages import Envelope, MessageKind
+from core.ports import Delivery, Subscription, Transport
+
+ACK_WAIT = 1.0
+MAX_DELIVER = 2
+LIMIT = 15.0  # seconds any single check may take
+
+
+@dataclass(frozen=True)
+class Features:
+    persistent: bool = False  # stored messages survive a server crash (kill -9) + restart
+    redelivery_after_ack_wait: bool = True  # an unsettled delivery comes back after ack_wait
+    nak_delay: bool = True  # nak(delay) redelivers after about delay
+    dead_letter_after_max_deliver: bool = True
+
+
+class DeadLetterLog:
+    """A dead-letter hook that records ``(envelope, reason, attempts)``."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Envelope, str, int]] = []
+
+    async def __call__(self, envelope: Envelope, reason: Any, attempts: int) -> None:
+        self.items.append((envelope, str(reason), attempts))
+
+
+class ClosableTransport(Transport, Protocol):
+    @property
+    def dead_letters(self) -> int: ...
+
+
+TransportFactory = Callable[[DeadLetterLog], AbstractAsyncContextManager[ClosableTransport]]
+
+
+def envelope(
+    partition: int = 0,
+    project: str = "projA",
+    sequence: int = 1,
+    kind: MessageKind = MessageKind.DATA,
+    payload: bytes | None = None,
+) -> Envelope:
+    return Envelope(
+        message_id=f"m-{uuid.uuid4().hex}",
+        project_id=project,
+        partition=partition,
+        gateway_id="gw 1/ü",  # not a header-safe token on purpose
+        sequence=sequence,
+        received_at=time.time(),
+        payload=payload if payload is not None else f"body {sequence}".encode(),
+        kind=kind,
+    )
+
+
+async def fetch_n(sub: Subscription, n: int, *, limit: float = LIMIT) -> list[Delivery]:
+    """Exactly ``n`` deliveries (fails after ``limit`` seconds)."""
+    got: list[Delivery] = []
+    with anyio.fail_after(limit):
+        while len(got) < n:
+            got.extend(await sub.fetch(n - len(got), 0.5))
+    assert len(got) == n
+    return got
+
+
+async def fetch_none(sub: Subscription, seconds: float) -> None:
+    """Nothing is delivered for ``seconds``."""
+    assert list(await sub.fetch(10, seconds)) == []
+
+
+class TransportContract:
+    """Subclass as ``Test<Adapter>Transport`` and provide ``features``/``make_transport``."""
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+    features: ClassVar[Features] = Features()
+
+    @pytest.fixture
+    def make_transport(self) -> TransportFactory:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def crash_and_restart(self) -> Callable[[], Awaitable[None]]:
+        """For persistent adapters: kill -9 the server, restart it on the same data."""
+
+        async def unsupported() -> None:
+            pytest.skip("adapter cannot crash its server")
+
+        return unsupported
+
+    @pytest.fixture
+    def dead(self) -> DeadLetterLog:
+        return DeadLetterLog()
+
+    @pytest.fixture
+    async def transport(
+        self, make_transport: TransportFactory, dead: DeadLetterLog
+    ) -> AsyncIterator[ClosableTransport]:
+        async with make_transport(dead) as t:
+            yield t
+
+    # -- publish and fetch -------------------------------------------------------------
+
+    async def test_fetch_returns_exactly_the_published_envelopes_when_published(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [
+            envelope(1, "projA", 1, MessageKind.ANNOUNCE, b""),
+            envelope(1, "projA", 2, payload=bytes(range(256))),
+            envelope(1, "proj-B_2", 1, payload=b"\x00\r\n"),
+        ]
+        await transport.publish(sent)
+        sub = await transport.open(1, "h1")
+        got = await fetch_n(sub, 3)
+        assert sorted((d.envelope for d in got), key=str) == sorted(sent, key=str)
+        assert [d.attempt for d in got] == [1, 1, 1]
+        for d in got:
+            await d.ack()
+        await fetch_none(sub, 0.3)
+        await sub.close()
+
+    async def test_fetch_keeps_publish_order_when_one_partition(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(0, f"p{i % 3}", i) for i in range(1, 31)]
+        await transport.publish(sent)
+        sub = await transport.open(0, "h1")
+        got = await fetch_n(sub, 30)
+        assert [d.envelope.message_id for d in got] == [e.message_id for e in sent]
+        for d in got:
+            await d.ack()
+
+    async def test_fetch_returns_empty_when_nothing_arrives_in_timeout(
+        self, transport: ClosableTransport
+    ) -> None:
+        sub = await transport.open(3, "h1")
+        start = anyio.current_time()
+        with anyio.fail_after(5):
+            assert list(await sub.fetch(10, 0.3)) == []
+        assert anyio.current_time() - start >= 0.2
+
+    async def test_publish_rejects_the_batch_when_a_project_id_is_unsafe(
+        self, transport: ClosableTransport
+    ) -> None:
+        good, bad = envelope(0, "ok"), envelope(0, "a.b")
+        with pytest.raises(ValueError):
+            await transport.publish([good, bad])
+        assert await transport.backlog(0) == 0
+
+    async def test_publish_stores_once_when_message_id_is_published_twice(
+        self, transport: ClosableTransport
+    ) -> None:
+        e = envelope(2)
+        await transport.publish([e])
+        await transport.publish([e])  # a retry after a lost confirmation
+        await transport.publish([e, e])
+        sub = await transport.open(2, "h1")
+        (d,) = await fetch_n(sub, 1)
+        assert d.envelope == e
+        await d.ack()
+        await fetch_none(sub, 0.5)
+        assert await transport.backlog(2) == 0
+
+    # -- settlement --------------------------------------------------------------------
+
+    async def test_redelivers_with_attempt_2_when_not_acked_within_ack_wait(
+        self, transport: ClosableTransport
+    ) -> None:
+        if not self.features.redelivery_after_ack_wait:
+            pytest.skip("adapter has no per-message ack_wait")
+        e = envelope(0)
+        await transport.publish([e])
+        sub = await transport.open(0, "h1")
+        await fetch_n(sub, 1)
+        start = anyio.current_time()
+        (second,) = await fetch_n(sub, 1, limit=ACK_WAIT + 5)
+        assert anyio.current_time() - start >= ACK_WAIT * 0.7
+        assert (second.envelope, second.attempt) == (e, 2)
+        await second.ack()
+
+    async def test_redelivers_after_about_delay_when_nakked(
+        self, transport: ClosableTransport
+    ) -> None:
+        if not self.features.nak_delay:
+            pytest.skip("adapter has no nak delay")
+        e = envelope(0)
+        await transport.publish([e])
+        sub = await transport.open(0, "h1")
+        (first,) = await fetch_n(sub, 1)
+        start = anyio.current_time()
+        await first.nak(delay=0.6)
+        (again,) = await fetch_n(sub, 1, limit=5)
+        assert anyio.current_time() - start >= 0.4
+        assert (again.envelope, again.attempt) == (e, 2)
+        await again.ack()
+
+    async def test_settling_again_is_a_no_op_when_already_acked(
+        self, transport: ClosableTransport, dead: DeadLetterLog
+    ) -> None:
+        await transport.publish([envelope(0)])
+        sub = await transport.open(0, "h1")
+        (d,) = await fetch_n(sub, 1)
+        await d.ack()
+        await d.ack()
+        await d.nak()
+        await d.term()
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert dead.items == []
+        assert await transport.backlog(0) == 0
+
+    async def test_term_dead_letters_and_never_redelivers_when_terminated(
+        self, transport: ClosableTransport, dead: DeadLetterLog
+    ) -> None:
+        e = envelope(0)
+        await transport.publish([e])
+        sub = await transport.open(0, "h1")
+        (d,) = await fetch_n(sub, 1)
+        await d.term()
+        await d.term()
+        await d.ack()
+        assert dead.items == [(e, "term", 1)]
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(0) == 0
+        assert transport.dead_letters == 1
+
+    async def test_dead_letters_when_max_deliver_is_reached(
+        self, transport: ClosableTransport, dead: DeadLetterLog
+    ) -> None:
+        if not self.features.dead_letter_after_max_deliver:
+            pytest.skip("adapter has no max_deliver")
+        e, other = envelope(0, sequence=1), envelope(0, sequence=2)
+        await transport.publish([e])
+        sub = await transport.open(0, "h1")
+        attempts: list[int] = []
+        with anyio.fail_after(LIMIT):
+            while not dead.items:  # the broker acts on the deadline while someone fetches
+                attempts.extend(d.attempt for d in await sub.fetch(10, 0.3))
+        assert attempts == list(range(1, MAX_DELIVER + 1))
+        assert dead.items == [(e, "max_deliver", MAX_DELIVER)]
+        assert await transport.backlog(0) == 0
+        await transport.publish([other])  # the partition keeps working
+        (d,) = await fetch_n(sub, 1)
+        assert d.envelope == other
+        await d.ack()
+
+    # -- partitions and subscriptions ----------------------------------------------------
+
+    async def test_partitions_are_isolated_when_several_are_used(
+        self, transport: ClosableTransport
+    ) -> None:
+        p1 = [envelope(1, "a", i) for i in range(1, 4)]
+        p2 = [envelope(2, "b", i) for i in range(1, 3)] + [envelope(2, "a", 9)]
+        p12 = [envelope(12, "a", 1)]  # "p1" is a prefix of "p12"
+        await transport.publish(p1 + p2 + p12)
+        sub2 = await transport.open(2, "h2")
+        got2 = await fetch_n(sub2, 3)
+        await fetch_none(sub2, 0.3)
+        sub1 = await transport.open(1, "h1")
+        got1 = await fetch_n(sub1, 3)
+        await fetch_none(sub1, 0.3)
+        assert {d.envelope.message_id for d in got1} == {e.message_id for e in p1}
+        assert {d.envelope.message_id for d in got2} == {e.message_id for e in p2}
+        assert await transport.backlog(12) == 1
+
+    async def test_next_open_gets_unacked_messages_when_a_subscription_closed(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(4, "a", i) for i in range(1, 4)]
+        await transport.publish(sent)
+        old = await transport.open(4, "h1")
+        got = await fetch_n(old, 3)
+        await got[0].ack()
+        await old.close()
+        await old.close()
+        with pytest.raises(anyio.ClosedResourceError):
+            await old.fetch(1, 0.1)
+        new = await transport.open(4, "h2")
+        again = await fetch_n(new, 2, limit=ACK_WAIT + 10)
+        assert {d.envelope for d in again} == set(sent[1:])
+        assert all(d.attempt == 2 for d in again)
+        for d in again:
+            await d.ack()
+        await fetch_none(new, 0.3)
+
+    async def test_backlog_counts_stored_unacked_messages(
+        self, transport: ClosableTransport
+    ) -> None:
+        assert await transport.backlog(5) == 0
+        await transport.publish([envelope(5, "a", i) for i in range(1, 6)])
+        await transport.publish([envelope(5, "z", 1, MessageKind.ANNOUNCE)])
+        await transport.publish([envelope(6, "a", 1)])
+        assert await transport.backlog(5) == 6  # before anyone opened the partition
+        sub = await transport.open(5, "h1")
+        assert await transport.backlog(5) == 6
+        got = await fetch_n(sub, 6)
+        assert await transport.backlog(5) == 6  # delivered but not acked
+        for d in got[:4]:
+            await d.ack()
+        assert await transport.backlog(5) == 2
+        assert await transport.backlog(6) == 1
+
+    # -- durability ----------------------------------------------------------------------
+
+    async def test_messages_survive_when_the_server_is_killed_and_restarted(
+        self, transport: ClosableTransport, crash_and_restart: Callable[[], Awaitable[None]]
+    ) -> None:
+        if not self.features.persistent:
+            pytest.skip("adapter keeps messages in memory")
+        sent = [envelope(7, "a", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        await crash_and_restart()
+        sub = await transport.open(7, "h1")
+        got = await fetch_n(sub, 50, limit=30)
+        assert [d.envelope for d in got] == sent
+        for d in got:
+            await d.ack()
+        assert await transport.backlog(7) == 0

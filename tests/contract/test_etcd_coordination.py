@@ -1,0 +1,92 @@
+"""The coordination contract suites against etcd (the ``etcd_server`` fixture)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
+
+from adapters.etcd import (
+    EtcdAssignmentStore,
+    EtcdElection,
+    EtcdLeadership,
+    EtcdMembership,
+    EtcdMembershipLease,
+    EtcdSettings,
+)
+from core.ports import Leadership, MembershipLease
+from infra.local._testservers import ServerInfo
+from tests.contract._coordination import (
+    AssignmentStoreContract,
+    ElectionContract,
+    Features,
+    MembershipContract,
+)
+
+
+class EtcdHarness:
+    """Adapters on a fresh key prefix (one group per test) of the session's etcd."""
+
+    def __init__(self, server: ServerInfo, admin: Etcd3Client) -> None:
+        self._server = server
+        self._admin = admin
+        self.settings = EtcdSettings(
+            endpoints=tuple(server.endpoints), group=f"t-{uuid.uuid4().hex[:12]}"
+        )
+        # etcd grants at least 2 s and checks expiry every 500 ms
+        self.features = Features(restartable=server.process is not None, expiry_slack=3.0)
+
+    def membership(self) -> EtcdMembership:
+        return EtcdMembership(self.settings)
+
+    def election(self) -> EtcdElection:
+        return EtcdElection(self.settings)
+
+    def store(self) -> EtcdAssignmentStore:
+        return EtcdAssignmentStore(self.settings)
+
+    async def expire(self, lease: MembershipLease | Leadership) -> None:
+        assert isinstance(lease, EtcdMembershipLease | EtcdLeadership)
+        assert self._admin.lease is not None
+        await self._admin.lease.revoke(lease.lease_id, timeout=5)
+
+    def pause_renewal(self, lease: MembershipLease | Leadership) -> None:
+        assert isinstance(lease, EtcdMembershipLease | EtcdLeadership)
+        lease.pause_renewal()
+
+    async def restart_store(self) -> None:
+        assert self._server.process is not None
+        await anyio.to_thread.run_sync(self._server.process.restart)
+
+    async def clean(self) -> None:
+        assert self._admin.kv is not None
+        prefix = self.settings.prefix + "/"
+        await self._admin.kv.delete(prefix, prefix_range_end(prefix), timeout=5)
+
+
+@pytest.fixture
+async def harness(etcd_server: ServerInfo) -> AsyncIterator[EtcdHarness]:
+    async with Etcd3Client(etcd_server.endpoints) as admin:
+        harness = EtcdHarness(etcd_server, admin)
+        yield harness
+        with contextlib.suppress(EtcdError):  # the server may still be restarting
+            await harness.clean()
+
+
+@pytest.mark.etcd
+class TestEtcdMembership(MembershipContract):
+    pass
+
+
+@pytest.mark.etcd
+class TestEtcdElection(ElectionContract):
+    pass
+
+
+@pytest.mark.etcd
+class TestEtcdAssignmentStore(AssignmentStoreContract):
+    pass

@@ -1,0 +1,68 @@
+"""The coordination contract suites against the in-memory adapters."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.memory import (
+    InMemoryAssignmentStore,
+    InMemoryCoordination,
+    InMemoryElection,
+    InMemoryLeadership,
+    InMemoryMembership,
+    InMemoryMembershipLease,
+)
+from core.ports import Leadership, MembershipLease
+from tests.contract._coordination import (
+    AssignmentStoreContract,
+    ElectionContract,
+    Features,
+    MembershipContract,
+)
+
+
+class MemoryHarness:
+    features = Features(restartable=False)
+
+    def __init__(self) -> None:
+        self.state = InMemoryCoordination()
+
+    def membership(self) -> InMemoryMembership:
+        return InMemoryMembership(self.state)
+
+    def election(self) -> InMemoryElection:
+        return InMemoryElection(self.state)
+
+    def store(self) -> InMemoryAssignmentStore:
+        return InMemoryAssignmentStore(self.state)
+
+    async def expire(self, lease: MembershipLease | Leadership) -> None:
+        owner = lease.member_id if isinstance(lease, InMemoryMembershipLease) else None
+        if isinstance(lease, InMemoryLeadership):
+            owner = lease.leader_id
+        assert owner is not None, f"not an in-memory lease: {lease!r}"
+        self.state.expire(owner)
+
+    def pause_renewal(self, lease: MembershipLease | Leadership) -> None:
+        assert isinstance(lease, InMemoryMembershipLease | InMemoryLeadership)
+        lease.pause_renewal()
+
+    async def restart_store(self) -> None:
+        raise NotImplementedError("an in-memory store does not restart")
+
+
+@pytest.fixture
+def harness() -> MemoryHarness:
+    return MemoryHarness()
+
+
+class TestInMemoryMembership(MembershipContract):
+    pass
+
+
+class TestInMemoryElection(ElectionContract):
+    pass
+
+
+class TestInMemoryAssignmentStore(AssignmentStoreContract):
+    pass

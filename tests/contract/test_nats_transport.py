@@ -1,0 +1,130 @@
+"""The Transport contract on ``NatsTransport`` against a real nats-server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+
+import anyio
+import nats
+import pytest
+from nats.js.errors import NotFoundError
+
+from adapters.nats import NatsSettings, NatsTransport
+from core.errors import PublishError
+from infra.local._testservers import ServerInfo
+from tests.contract._transport import (
+    ACK_WAIT,
+    MAX_DELIVER,
+    ClosableTransport,
+    DeadLetterLog,
+    Features,
+    TransportContract,
+    TransportFactory,
+    envelope,
+)
+
+
+@pytest.mark.nats
+class TestNatsTransport(TransportContract):
+    features = Features(persistent=True)
+
+    @pytest.fixture
+    async def settings(self, nats_server: ServerInfo) -> AsyncIterator[NatsSettings]:
+        tag = uuid.uuid4().hex[:10]  # a stream and subjects of its own for every test
+        settings = NatsSettings(
+            url=nats_server.url,
+            stream=f"T{tag}",
+            subject_prefix=f"t{tag}.data",
+            dead_letter_stream=f"T{tag}_DLQ",
+            dead_letter_prefix=f"t{tag}.dlq",
+            ack_wait=ACK_WAIT,
+            max_deliver=MAX_DELIVER,
+            reconnect_wait=0.2,
+        )
+        yield settings
+        nc = await nats.connect(settings.url)
+        try:
+            for stream in (settings.stream, settings.dead_letter_stream):
+                with contextlib.suppress(NotFoundError):
+                    await nc.jetstream().delete_stream(stream)
+        finally:
+            await nc.close()
+
+    @pytest.fixture
+    def make_transport(self, settings: NatsSettings) -> TransportFactory:
+        def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
+            return NatsTransport(settings, dead_letter=dead)
+
+        return make
+
+    @pytest.fixture
+    def crash_and_restart(self, nats_server: ServerInfo) -> Callable[[], Awaitable[None]]:
+        async def crash() -> None:
+            if nats_server.process is None:
+                pytest.skip("the NATS server is not a local process")
+            process, pid = nats_server.process, nats_server.process.pid
+            process.kill()
+            await anyio.to_thread.run_sync(process.restart)
+            assert process.pid != pid
+
+        return crash
+
+    async def test_reply_registration_is_a_core_publish_when_answered(
+        self, transport: ClosableTransport, settings: NatsSettings
+    ) -> None:
+        nc = await nats.connect(settings.url)
+        try:
+            sub = await nc.subscribe(f"{settings.subject_prefix}.p3.projA.reg.response")
+            await nc.flush()
+            await transport.reply_registration(3, "projA", "h1")
+            msg = await sub.next_msg(timeout=5)
+            assert json.loads(msg.data) == {"project": "projA", "partition": 3, "handler": "h1"}
+            assert await transport.backlog(3) == 0  # not stored
+        finally:
+            await nc.close()
+
+    async def test_dead_letters_move_to_their_stream_when_terminated_or_out_of_deliveries(
+        self, transport: ClosableTransport, settings: NatsSettings, dead: DeadLetterLog
+    ) -> None:
+        doomed, termed = envelope(0, "projA", 1), envelope(0, "projB", 2)
+        await transport.publish([doomed, termed])
+        sub = await transport.open(0, "h1")
+        with anyio.fail_after(15):
+            while len(dead.items) < 2:
+                for d in await sub.fetch(10, 0.3):
+                    if d.envelope == termed:
+                        await d.term()
+        assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "term"]
+        nc = await nats.connect(settings.url)
+        try:
+            js = nc.jetstream()
+            assert (await js.stream_info(settings.stream)).state.messages == 0
+            dlq = await js.stream_info(settings.dead_letter_stream, subjects_filter=">")
+            assert dlq.state.subjects == {
+                f"{settings.dead_letter_prefix}.p0.projA": 1,
+                f"{settings.dead_letter_prefix}.p0.projB": 1,
+            }
+            raw = await js.get_last_msg(
+                settings.dead_letter_stream, f"{settings.dead_letter_prefix}.p0.projA"
+            )
+            assert raw.data == doomed.payload
+            assert raw.headers is not None
+            assert raw.headers["Shoal-Dead-Reason"] == "max_deliver"
+            assert raw.headers["Nats-Msg-Id"] == doomed.message_id
+        finally:
+            await nc.close()
+
+    async def test_publish_raises_publish_error_naming_the_count_when_the_stream_is_gone(
+        self, transport: ClosableTransport, settings: NatsSettings
+    ) -> None:
+        nc = await nats.connect(settings.url)
+        try:
+            await nc.jetstream().delete_stream(settings.stream)
+        finally:
+            await nc.close()
+        with anyio.fail_after(15), pytest.raises(PublishError, match=r"^3 of 3 messages"):
+            await transport.publish([envelope(0, sequence=i) for i in range(1, 4)])

@@ -1,0 +1,155 @@
+"""``ParquetSink``: exact rows back, folder layout, and no partial file ever visible."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from adapters.parquet import LANDED_SCHEMA, ParquetSettings, ParquetSink
+from core.messages import Envelope, LandedRow, MessageKind
+
+DAY1 = datetime(2026, 11, 21, 23, 59, 59, 999_999, tzinfo=UTC).timestamp()
+DAY2 = datetime(2026, 11, 22, 0, 0, 0, 1, tzinfo=UTC).timestamp()
+
+
+def row(n: int, partition: int = 3, received_at: float = DAY1, **kw: Any) -> LandedRow:
+    envelope = Envelope(
+        message_id=f"m{n}",
+        project_id=f"proj{n % 2}",
+        partition=partition,
+        gateway_id="gw-1",
+        sequence=2**40 + n,
+        received_at=received_at,
+        payload=bytes([n % 256]) * n,
+        kind=MessageKind.ANNOUNCE if n == 0 else MessageKind.DATA,
+    )
+    return LandedRow(
+        envelope, generation=kw.get("generation", 7), handler_id="h/1", handled_at=DAY2
+    )
+
+
+def as_dicts(rows: list[LandedRow]) -> list[dict[str, Any]]:
+    return [
+        {
+            "message_id": r.envelope.message_id,
+            "project_id": r.envelope.project_id,
+            "partition": r.envelope.partition,
+            "generation": r.generation,
+            "handler_id": r.handler_id,
+            "gateway_id": r.envelope.gateway_id,
+            "sequence": r.envelope.sequence,
+            "received_at": datetime.fromtimestamp(r.envelope.received_at, UTC),
+            "handled_at": datetime.fromtimestamp(r.handled_at, UTC),
+            "kind": r.envelope.kind.value,
+            "payload": r.envelope.payload,
+        }
+        for r in rows
+    ]
+
+
+def tree(data_dir: Path, pattern: str = "*") -> list[Path]:
+    return sorted(p.relative_to(data_dir) for p in data_dir.rglob(pattern))
+
+
+def read_back(data_dir: Path) -> list[dict[str, Any]]:
+    table = ds.dataset(data_dir, format="parquet", partitioning="hive").to_table()
+    return sorted(table.select(LANDED_SCHEMA.names).to_pylist(), key=lambda d: d["message_id"])
+
+
+@pytest.mark.anyio
+async def test_write_lands_exactly_the_rows_when_read_back(tmp_path: Path) -> None:
+    rows = [row(n) for n in range(5)] + [row(5, partition=12), row(6, received_at=DAY2)]
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    async with sink:
+        await sink.write(rows[:3])
+        await sink.write(rows[3:])
+        await sink.write([])
+    assert read_back(tmp_path) == sorted(as_dicts(rows), key=lambda d: d["message_id"])
+    for file in tree(tmp_path, "*.parquet"):
+        assert pq.read_schema(tmp_path / file).remove_metadata() == LANDED_SCHEMA
+
+
+@pytest.mark.anyio
+async def test_files_are_laid_out_by_date_and_partition_one_per_batch(tmp_path: Path) -> None:
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    await sink.write([row(1), row(2), row(3, partition=12), row(4, received_at=DAY2)])
+    await sink.write([row(5)])
+    files = tree(tmp_path, "*.parquet")
+    assert [str(p.parent) for p in files] == [
+        "date=2026-11-21/partition=12",
+        "date=2026-11-21/partition=3",
+        "date=2026-11-21/partition=3",
+        "date=2026-11-22/partition=3",
+    ]
+    assert len(tree(tmp_path)) == 4 + 3 + 2  # files, partition folders, date folders
+    names = [p.name for p in files]
+    assert all(n.startswith("h_1-") and len(n) == len("h_1-") + 32 + 8 for n in names)
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    assert table.schema.field("partition").type == pa.int32()
+
+
+@pytest.mark.anyio
+async def test_no_partial_file_is_visible_when_a_write_fails_halfway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    await sink.write([row(1)])
+    seen: list[str] = []
+
+    def half_then_fail(table: pa.Table, where: Any, **kw: Any) -> None:
+        where.write(b"PAR1 half a file")
+        where.flush()
+        seen.append(Path(where.name).name)
+        assert read_back(tmp_path) == as_dicts([row(1)])  # readers skip the temp file
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", half_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        await sink.write([row(2)])
+    assert seen and seen[0].startswith(".") and not seen[0].endswith(".parquet")
+    assert tree(tmp_path, "*.*") == tree(tmp_path, "*.parquet")  # the temp file is gone
+    assert len(tree(tmp_path, "*.parquet")) == 1
+
+
+def test_every_visible_file_is_whole_when_the_writer_is_killed(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import anyio, sys
+        sys.path.insert(0, {str(Path.cwd())!r})
+        from tests.contract.test_parquet_sink import row
+        from adapters.parquet import ParquetSettings, ParquetSink
+        async def main():
+            sink = ParquetSink(ParquetSettings(data_dir={str(tmp_path)!r}))
+            n = 0
+            while True:
+                await sink.write([row(i) for i in range(n, n + 2000)])
+                n += 2000
+        anyio.run(main)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 30
+        while len(tree(tmp_path, "*.parquet")) < 3:  # poll the disk until files appear
+            assert time.monotonic() < deadline and proc.poll() is None, "writer made no files"
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    files = tree(tmp_path, "*.parquet")
+    for f in files:
+        assert pq.read_table(tmp_path / f).num_rows == 2000
+    dataset = ds.dataset(tmp_path, format="parquet", partitioning="hive")
+    assert dataset.count_rows() == 2000 * len(files)

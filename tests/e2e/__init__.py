@@ -1,0 +1,1 @@
+"""End-to-end tests: real gateway, leader and handler processes on real NATS and etcd."""

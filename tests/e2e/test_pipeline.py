@@ -1,0 +1,518 @@
+"""The whole pipeline on real processes: HTTP -> gateway -> NATS -> handlers -> Parquet,
+coordinated by leaders on etcd, with processes killed and paused under load.
+
+Run with ``pytest tests/e2e -s`` to see the measured figures (lines starting ``E2E``);
+each test also writes them as JSON into its pytest tmp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from tests.e2e._cluster import (
+    LEASE_TTL,
+    Cluster,
+    ProcessExitedError,
+    StatusDoc,
+    member_ids,
+    owners,
+    partitions_of,
+    settled,
+)
+from tests.e2e._landed import LandingZone, duplicates
+from tests.e2e._load import LoadGenerator, LoadPlan
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+MESSAGES = 100_000
+JOIN_LIMIT = 2.0  # a joining handler lands its first row within this of being granted
+FAILOVER_LIMIT = LEASE_TTL + 2.0  # a dead handler's partitions land again within this
+PAUSE = LEASE_TTL + 3.0  # SIGSTOP this long: past the lease
+STEADY = LoadPlan(messages=None, projects=1_000, batch=10, concurrency=8, rate=1_000.0)
+
+History = list[tuple[float, StatusDoc]]
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+async def start_cluster(
+    cluster: Cluster, leaders: tuple[str, ...], handlers: tuple[str, ...]
+) -> StatusDoc:
+    """Spawn everything at once, then wait until each is ready and the assignment settled."""
+    await cluster.start_gateway(ready=False)
+    for name in leaders:
+        await cluster.start_leader(name, ready=False)
+    for name in handlers:
+        await cluster.start_handler(name, ready=False)
+    for name in ("gateway", *leaders):
+        await cluster.wait_ready(name, within=60.0)
+    return await cluster.wait_for(
+        lambda d: settled(d, handlers), 60.0, f"{handlers} own and hold every partition"
+    )
+
+
+async def wait_all_landed(zone: LandingZone, expected: set[str], within: float) -> set[str]:
+    """Poll the landing zone until every id in ``expected`` landed, for at most ``within``
+    seconds; returns those still missing."""
+    missing = set(expected)
+    with anyio.move_on_after(within):
+        while True:
+            await anyio.to_thread.run_sync(zone.refresh)
+            missing = expected - zone.ids().keys()
+            if not missing:
+                break
+            await anyio.sleep(0.5)
+    return missing
+
+
+async def wait_first_row(
+    zone: LandingZone, mask: Callable[[Any], Any], within: float
+) -> dict[str, Any] | None:
+    """The matching row with the smallest handled_at, once one has landed (None if none
+    within ``within`` s). After the first match it reads once more a second later: a batch
+    stamped earlier may land later."""
+    with anyio.move_on_after(within):
+        while True:
+            await anyio.to_thread.run_sync(zone.refresh)
+            if zone.first(mask) is not None:
+                await anyio.sleep(1.0)
+                await anyio.to_thread.run_sync(zone.refresh)
+                return zone.first(mask)
+            await anyio.sleep(0.2)
+    return None
+
+
+def first_seen(history: History, predicate: Callable[[StatusDoc], bool]) -> float | None:
+    return next((at for at, doc in history if predicate(doc)), None)
+
+
+def timeline(history: History, since: float) -> list[str]:
+    """Each generation seen, when first seen (s after ``since``), members and owner counts."""
+    seen: set[int] = set()
+    lines = []
+    for at, doc in history:
+        generation = int(doc["generation"])
+        if generation in seen:
+            continue
+        seen.add(generation)
+        counts: dict[str, int] = {}
+        for owner in owners(doc).values():
+            counts[str(owner)] = counts.get(str(owner), 0) + 1
+        lines.append(
+            f"g{generation}@{at - since:+.2f}s members={sorted(member_ids(doc))} owners={counts}"
+        )
+    return lines
+
+
+def granting_record(doc: StatusDoc, member: str) -> dict[str, Any] | None:
+    """The newest rebalance record of the active leader that granted partitions to member."""
+    return next((r for r in doc["rebalances"] if r["granted"].get(member)), None)
+
+
+def owners_by_generation(history: History) -> dict[int, dict[int, Any]]:
+    """generation -> owners, from observed documents and, for generations published between
+    two polls, rebuilt from the leader's rebalance records (granted/revoked per member)."""
+    known: dict[int, dict[int, Any]] = {}
+    records: dict[int, dict[str, Any]] = {}
+    for _, doc in history:
+        known.setdefault(int(doc["generation"]), owners(doc))
+        for record in doc.get("rebalances", []):
+            records[int(record["generation"])] = record
+    for generation in sorted(records):
+        if generation in known or generation - 1 not in known:
+            continue
+        rebuilt = dict(known[generation - 1])
+        for partitions in records[generation]["revoked"].values():
+            for p in partitions:
+                rebuilt[int(p)] = None
+        for member, partitions in records[generation]["granted"].items():
+            for p in partitions:
+                rebuilt[int(p)] = member
+        known[generation] = rebuilt
+    return known
+
+
+def report(name: str, figures: dict[str, Any], out_dir: Path) -> None:
+    """One clear line on stdout and the same figures as JSON in the test's tmp dir."""
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(figures, indent=2, sort_keys=True, default=str))
+    line = " ".join(f"{k}={v}" for k, v in figures.items())
+    print(f"\nE2E {name}: {line}\nE2E {name}: figures written to {path}")
+
+
+def _in(column: Any, values: set[int] | set[str]) -> Any:
+    return pc.is_in(column, value_set=pa.array(sorted(values), type=column.type))
+
+
+# --- a. no accepted message is lost --------------------------------------------------------
+
+
+async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_killed(
+    make_cluster: Callable[[str], Cluster], tmp_path: Path
+) -> None:
+    handlers = ("h1", "h2", "h3")
+    victim = "h1"
+    cluster = make_cluster("a")
+    with anyio.fail_after(240):
+        async with cluster, anyio.create_task_group() as tg:
+            history: History = []
+            await start_cluster(cluster, ("leader-a", "leader-b"), handlers)
+            tg.start_soon(cluster.record_status, history)
+            zone = LandingZone(cluster.data_dir)
+            plan = LoadPlan(messages=MESSAGES, projects=1_000, batch=50, concurrency=16)
+            load = LoadGenerator(cluster.process("gateway").url, plan)
+            done = anyio.Event()
+
+            async def drive() -> None:
+                await load.run()
+                done.set()
+
+            tg.start_soon(drive)
+
+            await load.wait_accepted(MESSAGES // 4)
+            victim_partitions = partitions_of(await cluster.status(), victim)
+            handler_killed_at = cluster.kill(victim, signal.SIGKILL)
+            assert await cluster.wait_exit(victim, 5.0) == -signal.SIGKILL
+
+            await load.wait_accepted(MESSAGES // 2)
+            before = await cluster.active_leader()
+            assert before is not None, "nobody leads at 50 % of the load"
+            old_leader, old_term = before
+            leader_killed_at = cluster.kill(old_leader, signal.SIGKILL)
+            assert await cluster.wait_exit(old_leader, 5.0) == -signal.SIGKILL
+            survivor = "leader-b" if old_leader == "leader-a" else "leader-a"
+
+            await done.wait()
+            summary = load.summary
+            print(f"\nE2E load: {summary.line()}")
+
+            took_over = await cluster.wait_for(
+                lambda d: (
+                    d["leader"] is not None
+                    and d["leader"]["id"] == survivor
+                    and d["leader"]["term"] > old_term
+                ),
+                LEASE_TTL + 20.0,
+                f"{survivor} leads with a term above {old_term}",
+            )
+            after = await cluster.wait_for(
+                lambda d: settled(d, {"h2", "h3"}),
+                LEASE_TTL + 30.0,
+                f"{victim}'s partitions are owned and held by h2 and h3",
+            )
+            landing_started = time.perf_counter()
+            accepted = set(summary.accepted)
+            missing = await wait_all_landed(zone, accepted, within=120.0)
+            landed_wait = time.perf_counter() - landing_started
+            tg.cancel_scope.cancel()
+
+    table = zone.table()
+    ids = zone.ids()
+    dupes = duplicates(ids)
+    unexpected = set(ids) - accepted
+    not_data = table.filter(pc.not_equal(table.column("kind"), "data")).num_rows
+    wrong_payload = _payload_mismatches(table, summary.accepted)
+    reassigned_at = first_seen(
+        history, lambda d: not partitions_of(d, victim) and d["generation"] > 0
+    )
+    survivor_seen_at = first_seen(
+        history, lambda d: d["leader"] is not None and d["leader"]["id"] == survivor
+    )
+    figures = {
+        "lost": len(missing),
+        "duplicates": len(dupes),
+        "duplicate_rows": sum(dupes.values()) - len(dupes),
+        "accepted": len(accepted),
+        "landed_rows": table.num_rows,
+        "unexpected_ids": len(unexpected),
+        "non_data_rows": not_data,
+        "payload_mismatches": wrong_payload,
+        "load_seconds": round(summary.seconds, 1),
+        "throughput_msgs_per_s": round(summary.rate),
+        "drain_after_load_seconds": round(landed_wait, 1),
+        "rejected": dict(summary.rejected),
+        "retried": summary.retried,
+        "failed_batches": summary.failed_batches,
+        "killed_handler": victim,
+        "killed_handler_partitions": len(victim_partitions),
+        "handler_reassigned_after_s": None
+        if reassigned_at is None
+        else round(reassigned_at - handler_killed_at, 1),
+        "killed_leader": old_leader,
+        "old_term": old_term,
+        "new_leader": took_over["leader"]["id"],
+        "new_term": took_over["leader"]["term"],
+        "leader_failover_observed_after_s": None
+        if survivor_seen_at is None
+        else round(survivor_seen_at - leader_killed_at, 1),
+        "files": zone.files,
+    }
+    report("pipeline", figures, tmp_path)
+    assert not missing, f"{len(missing)} accepted messages never landed, e.g. {sorted(missing)[:5]}"
+    assert took_over["leader"]["term"] > old_term
+    assert not partitions_of(after, victim)
+    assert all(owners(after)[p] in {"h2", "h3"} for p in victim_partitions)
+    assert wrong_payload == 0, "landed payloads differ from what was sent under that id"
+    assert not_data == 0, "announcements must not be landed as data rows"
+    assert len(accepted) == MESSAGES, f"the gateway did not accept everything: {figures}"
+
+
+def _payload_mismatches(table: Any, accepted: dict[str, int]) -> int:
+    """Rows of accepted ids whose payload is not the message sent as that n."""
+    wrong = 0
+    for message_id, payload in zip(
+        table.column("message_id").to_pylist(), table.column("payload").to_pylist(), strict=True
+    ):
+        n = accepted.get(message_id)
+        if n is not None and json.loads(payload)["n"] != n:
+            wrong += 1
+    return wrong
+
+
+# --- b. join within 2 s, failover within TTL + 2 s -----------------------------------------
+
+
+async def test_joining_handler_and_dead_handlers_partitions_start_within_bounds(
+    make_cluster: Callable[[str], Cluster], tmp_path: Path
+) -> None:
+    handlers = ("h1", "h2", "h3")
+    cluster = make_cluster("b")
+    with anyio.fail_after(150):
+        async with cluster, anyio.create_task_group() as tg:
+            history: History = []
+            await start_cluster(cluster, ("leader-a",), handlers)
+            tg.start_soon(cluster.record_status, history)
+            zone = LandingZone(cluster.data_dir)
+            load = LoadGenerator(cluster.process("gateway").url, STEADY)
+            stop = anyio.Event()
+            tg.start_soon(load.run, stop)
+            await load.wait_accepted(3_000)
+
+            # join: from the leader publishing the generation that grants h4 partitions
+            # (its rebalance record's `at`, the wall clock right after the etcd write) to
+            # the smallest handled_at of a row landed by h4.
+            joiner = await cluster.start_handler("h4", ready=False)
+            granted = await cluster.wait_for(
+                lambda d: bool(partitions_of(d, "h4")), 30.0, "h4 is granted partitions"
+            )
+            record = granting_record(granted, "h4")
+            assert record is not None, f"no rebalance record grants h4: {granted['rebalances']}"
+            first_h4 = await wait_first_row(
+                zone, lambda t: pc.equal(t.column("handler_id"), "h4"), within=20.0
+            )
+            assert first_h4 is not None, "h4 landed nothing within 20 s of its grant"
+            member_at = first_seen(history, lambda d: "h4" in member_ids(d))
+            first_h4_at = float(first_h4["handled_at"])
+            join = first_h4_at - record["at"]
+            join_generation, join_granted = record["generation"], len(record["granted"]["h4"])
+
+            # failover: from just before SIGKILL to the smallest handled_at of a row of one
+            # of the victim's partitions landed by another handler.
+            await cluster.wait_for(
+                lambda d: settled(d, (*handlers, "h4")), 30.0, "the join settles"
+            )
+            victim = "h1"
+            victim_partitions = partitions_of(await cluster.status(), victim)
+            killed_at = cluster.kill(victim, signal.SIGKILL)
+            first_taken = await wait_first_row(
+                zone,
+                lambda t: pc.and_(
+                    pc.and_(
+                        _in(t.column("partition"), victim_partitions),
+                        pc.not_equal(t.column("handler_id"), victim),
+                    ),
+                    pc.greater(t.column("handled_at"), killed_at),
+                ),
+                within=FAILOVER_LIMIT + 15.0,
+            )
+            stop.set()
+            await cluster.wait_for(
+                lambda d: settled(d, ("h2", "h3", "h4")), 30.0, "the failover settles"
+            )
+            tg.cancel_scope.cancel()
+
+    gone_at = first_seen(history, lambda d: victim not in member_ids(d))
+    reassigned_at = first_seen(
+        history, lambda d: victim not in member_ids(d) and not partitions_of(d, victim)
+    )
+    figures = {
+        "join_measured": "from the leader's publish of the generation granting h4 partitions "
+        "(its rebalance record's `at`) to the smallest handled_at of a row landed by h4",
+        "join_seconds_from_grant": round(join, 2),
+        "join_seconds_from_spawn": round(first_h4_at - joiner.spawned_at, 2),
+        "join_seconds_from_member_observed": None
+        if member_at is None
+        else round(first_h4_at - member_at, 2),
+        "join_generation": join_generation,
+        "join_partitions_granted": join_granted,
+        "failover_measured": f"from just before SIGKILL of {victim} to the smallest "
+        f"handled_at of a row of its former partitions landed by another handler",
+        "failover_seconds_from_kill": None
+        if first_taken is None
+        else round(first_taken["handled_at"] - killed_at, 2),
+        "failover_member_gone_observed_after_s": None
+        if gone_at is None
+        else round(gone_at - killed_at, 2),
+        "failover_reassigned_observed_after_s": None
+        if reassigned_at is None
+        else round(reassigned_at - killed_at, 2),
+        "failover_first_row_by": None if first_taken is None else first_taken["handler_id"],
+        "failover_partitions": len(victim_partitions),
+        "load": load.summary.line(),
+    }
+    report("join-and-failover", figures, tmp_path)
+    assert join <= JOIN_LIMIT, f"h4's first row landed {join:.2f} s after its grant"
+    assert first_taken is not None, f"no row of {victim}'s partitions landed after the kill"
+    failover = first_taken["handled_at"] - killed_at
+    assert failover <= FAILOVER_LIMIT, f"{victim}'s partitions resumed {failover:.2f} s after"
+
+
+# --- c. a paused handler writes nothing for partitions it lost ---------------------------
+
+
+async def test_paused_handler_writes_nothing_for_partitions_it_lost(
+    make_cluster: Callable[[str], Cluster], tmp_path: Path
+) -> None:
+    handlers = ("h1", "h2", "h3")
+    paused = "h2"
+    cluster = make_cluster("c")
+    with anyio.fail_after(150):
+        async with cluster, anyio.create_task_group() as tg:
+            history: History = []
+            await start_cluster(cluster, ("leader-a",), handlers)
+            tg.start_soon(cluster.record_status, history)
+            zone = LandingZone(cluster.data_dir)
+            load = LoadGenerator(cluster.process("gateway").url, STEADY)
+            stop = anyio.Event()
+            tg.start_soon(load.run, stop)
+            await load.wait_accepted(3_000)
+
+            before = await cluster.status()
+            held = partitions_of(before, paused)
+            stopped_at = cluster.kill(paused, signal.SIGSTOP)
+            lost = await cluster.wait_for(
+                lambda d: paused not in member_ids(d) and not partitions_of(d, paused),
+                PAUSE,
+                f"{paused}'s partitions are given to others while it is stopped",
+            )
+            lost_generation = int(lost["generation"])
+            # The pause length is the fault being injected, not a synchronisation.
+            await anyio.sleep(max(0.0, stopped_at + PAUSE - time.time()))
+            resumed_at = cluster.kill(paused, signal.SIGCONT)
+            # Safety is checked below whatever happens here; rejoining is asserted last.
+            rejoin_error = ""
+            regained_generation: int | None = None
+            first_after: dict[str, Any] | None = None
+            try:
+                regained = await cluster.wait_for(
+                    lambda d: bool(partitions_of(d, paused)) and d["generation"] > lost_generation,
+                    LEASE_TTL + 20.0,
+                    f"{paused} joins again and is granted partitions",
+                    running=[paused],
+                )
+            except (TimeoutError, ProcessExitedError) as exc:
+                rejoin_error = str(exc)
+            else:
+                regained_generation = int(regained["generation"])
+                first_after = await wait_first_row(
+                    zone,
+                    lambda t: pc.and_(
+                        pc.equal(t.column("handler_id"), paused),
+                        pc.greater_equal(t.column("handled_at"), resumed_at),
+                    ),
+                    within=15.0,
+                )
+            # Margin for a write the paused process had in flight to reach the disk.
+            await anyio.sleep(max(0.0, resumed_at + 3.0 - time.time()))
+            exit_after_resume = cluster.process(paused).popen.poll()
+            stop.set()
+            tg.cancel_scope.cancel()
+    await anyio.to_thread.run_sync(zone.refresh)
+
+    table = zone.table()
+    rows = table.filter(pc.equal(table.column("handler_id"), paused)).to_pylist()
+    by_generation = owners_by_generation(history)
+    after_resume = [r for r in rows if r["handled_at"] >= resumed_at]
+    while_stopped = [r for r in rows if stopped_at <= r["handled_at"] < resumed_at]
+    stale_after_resume = [r for r in after_resume if r["generation"] <= lost_generation]
+    not_its_own = [
+        r
+        for r in after_resume
+        if by_generation.get(r["generation"], {}).get(r["partition"]) != paused
+    ]
+    # A write that reached the disk after the resume, of a batch stamped before the pause,
+    # for a partition it had lost by then: the lease check did not stop it.
+    late_writes = [
+        r
+        for r in rows
+        if r["landed_at"] >= resumed_at
+        and r["handled_at"] < stopped_at
+        and r["partition"] in held
+        and r["generation"] <= lost_generation
+    ]
+    # The window the lease rules out: from when its lease must have expired until the
+    # margin after the resume, nothing of a partition it held before the pause.
+    in_loss_window = [
+        r
+        for r in rows
+        if stopped_at + LEASE_TTL <= r["handled_at"] < resumed_at + 3.0
+        and r["partition"] in held
+        and r["generation"] <= lost_generation
+    ]
+    unknown_generations = sorted({r["generation"] for r in after_resume} - by_generation.keys())
+    figures = {
+        "paused_seconds": round(resumed_at - stopped_at, 1),
+        "partitions_held_before": len(held),
+        "lost_generation": lost_generation,
+        "lost_observed_after_s": round(
+            (
+                first_seen(
+                    [(at, d) for at, d in history if at >= stopped_at],
+                    lambda d: not partitions_of(d, paused),
+                )
+                or 0
+            )
+            - stopped_at,
+            1,
+        ),
+        "regained_generation": regained_generation,
+        "paused_handler_exit_after_resume": exit_after_resume,
+        "rows_by_paused_handler": len(rows),
+        "rows_after_resume": len(after_resume),
+        "rows_while_stopped": len(while_stopped),
+        "stale_generation_rows_after_resume": len(stale_after_resume),
+        "rows_after_resume_for_partitions_not_its_own": len(not_its_own),
+        "late_writes_of_lost_partitions": len(late_writes),
+        "rows_in_loss_window": len(in_loss_window),
+        "unknown_generations": unknown_generations,
+        "first_row_after_resume_s": None
+        if first_after is None
+        else round(first_after["handled_at"] - resumed_at, 2),
+    }
+    print(
+        "\nE2E pause: generations (time relative to SIGSTOP):",
+        *timeline(history, stopped_at),
+        sep="\n  ",
+    )
+    report("pause", figures, tmp_path)
+    assert not in_loss_window, f"rows of lost partitions after the lease: {in_loss_window[:3]}"
+    assert not while_stopped, f"rows stamped while {paused} was stopped: {while_stopped[:3]}"
+    assert not stale_after_resume, (
+        f"{paused} wrote rows after resuming under generation <= {lost_generation}, "
+        f"at which it had lost them: {stale_after_resume[:3]}"
+    )
+    assert not unknown_generations, f"generations never observed: {unknown_generations}"
+    assert not not_its_own, f"rows for partitions not assigned to {paused}: {not_its_own[:3]}"
+    assert not late_writes, f"{paused} landed stale rows after resuming: {late_writes[:3]}"
+    assert not rejoin_error, f"{paused} did not come back after SIGCONT: {rejoin_error}"
