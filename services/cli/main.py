@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, NoReturn
 
+import anyio
 import typer
 from rich.console import Console
 
@@ -13,6 +14,7 @@ from core.assignment import AssignmentOptions
 from core.errors import ShoalError
 from core.partitioning import DEFAULT_PARTITIONS, partition_for
 from services.cli import _simulate
+from services.cli.devices import LoadPlan, LoadSummary, run_devices
 
 __all__ = ["app", "main"]
 
@@ -98,6 +100,39 @@ def simulate(
     console.print(scenario.describe(), markup=False, soft_wrap=True)
     console.print(_simulate.outcomes_table(outcomes))
     console.print(_simulate.fewest_moves_line(outcomes), markup=False, soft_wrap=True)
+
+
+@app.command()
+def devices(
+    *,
+    gateway: Annotated[str, typer.Option(help="gateway base URL")] = "http://127.0.0.1:8080",
+    projects: Annotated[int, typer.Option(min=1, help="distinct project ids")] = 100,
+    rate: Annotated[float, typer.Option(min=0.1, help="messages per second")] = 200.0,
+    duration: Annotated[
+        float | None, typer.Option(min=0.1, help="seconds (default: until Ctrl-C)")
+    ] = None,
+    batch: Annotated[int, typer.Option(min=1, max=10_000, help="messages per request")] = 10,
+) -> None:
+    """Simulate IoT devices: post NDJSON batches over many projects to a gateway."""
+    plan = LoadPlan(
+        messages=None, projects=projects, batch=batch, concurrency=8, rate=rate, keep_ids=False
+    )
+    console = Console(highlight=False, stderr=True)
+
+    def report(summary: LoadSummary, elapsed: float) -> None:
+        console.print(
+            f"{elapsed:6.0f} s  accepted {summary.accepted_count:>9,}  "
+            f"({summary.accepted_count / max(elapsed, 1e-9):,.0f}/s)  "
+            f"refused {sum(summary.rejected.values()):,}  retried {summary.retried:,}"
+        )
+
+    try:
+        summary = anyio.run(run_devices, gateway, plan, duration, report)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    typer.echo(summary.line())
+    if summary.failed_batches:
+        raise typer.Exit(1)
 
 
 # _lazy: the service commands import their service when run, so that `shoal partition` and
