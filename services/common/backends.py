@@ -11,25 +11,30 @@ from dependency_injector import containers, providers
 
 from adapters.etcd import EtcdAssignmentStore, EtcdElection, EtcdMembership, EtcdSettings
 from adapters.nats import NatsSettings, NatsTransport
+from adapters.redis import RedisAssignmentStore, RedisElection, RedisMembership, RedisSettings
 
 
 class Backends(containers.DeclarativeContainer):
     config = providers.Configuration(strict=True)
 
     etcd_settings = providers.Singleton(EtcdSettings, group=config.group)
+    redis_settings = providers.Singleton(RedisSettings, group=config.group)
     nats_settings = providers.Singleton(NatsSettings)
 
     membership = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdMembership, etcd_settings),
+        redis=providers.Factory(RedisMembership, redis_settings),
     )
     election = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdElection, etcd_settings),
+        redis=providers.Factory(RedisElection, redis_settings),
     )
     assignment_store = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdAssignmentStore, etcd_settings),
+        redis=providers.Factory(RedisAssignmentStore, redis_settings),
     )
     transport = providers.Selector(
         config.transport,

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from core.assignment import STRATEGIES
 from core.partitioning import DEFAULT_PARTITIONS
 
-COORDINATION_BACKENDS = ("etcd",)
+COORDINATION_BACKENDS = ("etcd", "redis")
 TRANSPORT_BACKENDS = ("nats",)
 
 

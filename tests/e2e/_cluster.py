@@ -1,6 +1,6 @@
 """A harness that runs real shoal service processes against real nats-server and etcd.
 
-    cluster = Cluster(nats_url=..., etcd_endpoint=..., work_dir=tmp_path / "c")
+    cluster = Cluster(backend_env=..., work_dir=tmp_path / "c")
     async with cluster:                        # stops every process on the way out
         gateway = await cluster.start_gateway()
         await cluster.start_leader("leader-a")
@@ -170,8 +170,7 @@ class Cluster:
     def __init__(
         self,
         *,
-        nats_url: str,
-        etcd_endpoint: str,
+        backend_env: Callable[[str], Mapping[str, str]],
         work_dir: Path,
         partitions: int = 128,
         env: Mapping[str, str] | None = None,
@@ -191,17 +190,9 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             "SHOAL_GROUP": self.group,
             "SHOAL_PARTITIONS": str(partitions),
-            "SHOAL_COORDINATION": "etcd",
-            "SHOAL_TRANSPORT": "nats",
             "SHOAL_LOG_FORMAT": "json",
             "SHOAL_LOG_LEVEL": "INFO",
-            "SHOAL_ETCD_ENDPOINTS": etcd_endpoint,
-            "SHOAL_NATS_URL": nats_url,
-            "SHOAL_NATS_STREAM": f"E2E_{suffix}",
-            "SHOAL_NATS_SUBJECT_PREFIX": f"e2e.{suffix}",
-            "SHOAL_NATS_DEAD_LETTER_STREAM": f"E2E_DLQ_{suffix}",
-            "SHOAL_NATS_DEAD_LETTER_PREFIX": f"e2edlq.{suffix}",
-            "SHOAL_NATS_ACK_WAIT": str(ACK_WAIT),
+            **backend_env(suffix),
             **(env or {}),
         }
         self._procs: dict[str, ServiceProcess] = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.local._testservers import ServerInfo
-from tests.e2e._cluster import Cluster
+from tests.e2e._cluster import ACK_WAIT, Cluster
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
@@ -28,24 +28,57 @@ def _failed(item: pytest.Item) -> bool:
     return any(r.failed for r in reports.values())
 
 
+def backend_env(
+    request: pytest.FixtureRequest, coordination: str, transport: str
+) -> Callable[[str], dict[str, str]]:
+    """The SHOAL_* settings that point a cluster at the session's servers for one backend
+    combination; names that must be unique per cluster get the cluster's suffix. Servers
+    are asked for lazily, so a run of etcd+nats never starts Kafka."""
+
+    def server(kind: str) -> ServerInfo:
+        info: ServerInfo = request.getfixturevalue(f"{kind}_server")
+        return info
+
+    def env(suffix: str) -> dict[str, str]:
+        values = {"SHOAL_COORDINATION": coordination, "SHOAL_TRANSPORT": transport}
+        if coordination == "etcd":
+            values["SHOAL_ETCD_ENDPOINTS"] = server("etcd").endpoint
+        if coordination == "redis":
+            values["SHOAL_REDIS_URL"] = server("redis").url
+        if "kafka" in (coordination, transport):
+            values["SHOAL_KAFKA_BOOTSTRAP_SERVERS"] = server("kafka").endpoint
+            values["SHOAL_KAFKA_TOPIC"] = f"e2e.{suffix}.data"
+            values["SHOAL_KAFKA_DEAD_LETTER_TOPIC"] = f"e2e.{suffix}.dlq"
+        if transport == "nats":
+            values |= {
+                "SHOAL_NATS_URL": server("nats").url,
+                "SHOAL_NATS_STREAM": f"E2E_{suffix}",
+                "SHOAL_NATS_SUBJECT_PREFIX": f"e2e.{suffix}",
+                "SHOAL_NATS_DEAD_LETTER_STREAM": f"E2E_DLQ_{suffix}",
+                "SHOAL_NATS_DEAD_LETTER_PREFIX": f"e2edlq.{suffix}",
+                "SHOAL_NATS_ACK_WAIT": str(ACK_WAIT),
+            }
+        return values
+
+    return env
+
+
 @pytest.fixture
 def make_cluster(
-    nats_server: ServerInfo,
-    etcd_server: ServerInfo,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Callable[[str], Cluster]]:
-    """``make_cluster("name")``: a Cluster with its own group, stream and data dir, working
-    in ``tmp_path / name`` (logs in ``logs/``, the landing zone in ``data/``).
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Cluster]]:
+    """``make_cluster("name", coordination="etcd", transport="nats")``: a Cluster with its own
+    group, stream/topic and data dir, working in ``tmp_path / name`` (logs in ``logs/``, the
+    landing zone in ``data/``).
 
     Every cluster is stopped after the test (no process may be left); when the test
     failed, the tail of every process's log is printed.
     """
     clusters: list[Cluster] = []
 
-    def make(name: str) -> Cluster:
+    def make(name: str, coordination: str = "etcd", transport: str = "nats") -> Cluster:
         cluster = Cluster(
-            nats_url=nats_server.url, etcd_endpoint=etcd_server.endpoint, work_dir=tmp_path / name
+            backend_env=backend_env(request, coordination, transport), work_dir=tmp_path / name
         )
         clusters.append(cluster)
         return cluster

@@ -35,6 +35,8 @@ from tests.e2e._load import LoadGenerator, LoadPlan
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 MESSAGES = 100_000
+# Every coordination backend with every transport the issue names; switching is only env.
+BACKEND_MATRIX = [("etcd", "nats"), ("redis", "nats")]
 JOIN_LIMIT = 2.0  # a joining handler lands its first row within this of being granted
 FAILOVER_LIMIT = LEASE_TTL + 2.0  # a dead handler's partitions land again within this
 PAUSE = LEASE_TTL + 3.0  # SIGSTOP this long: past the lease
@@ -158,13 +160,17 @@ def _in(column: Any, values: set[int] | set[str]) -> Any:
 # --- a. no accepted message is lost --------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("coordination", "transport"),
+    [pytest.param(c, t, id=f"{c}+{t}") for c, t in BACKEND_MATRIX],
+)
 async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_killed(
-    make_cluster: Callable[[str], Cluster], tmp_path: Path
+    make_cluster: Callable[..., Cluster], tmp_path: Path, coordination: str, transport: str
 ) -> None:
     handlers = ("h1", "h2", "h3")
     victim = "h1"
-    cluster = make_cluster("a")
-    with anyio.fail_after(240):
+    cluster = make_cluster("a", coordination, transport)
+    with anyio.fail_after(420):
         async with cluster, anyio.create_task_group() as tg:
             history: History = []
             await start_cluster(cluster, ("leader-a", "leader-b"), handlers)
@@ -230,6 +236,7 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
         history, lambda d: d["leader"] is not None and d["leader"]["id"] == survivor
     )
     figures = {
+        "backends": f"{coordination}+{transport}",
         "lost": len(missing),
         "duplicates": len(dupes),
         "duplicate_rows": sum(dupes.values()) - len(dupes),
@@ -258,7 +265,7 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
         else round(survivor_seen_at - leader_killed_at, 1),
         "files": zone.files,
     }
-    report("pipeline", figures, tmp_path)
+    report(f"pipeline[{coordination}+{transport}]", figures, tmp_path)
     assert not missing, f"{len(missing)} accepted messages never landed, e.g. {sorted(missing)[:5]}"
     assert took_over["leader"]["term"] > old_term
     assert not partitions_of(after, victim)
@@ -284,7 +291,7 @@ def _payload_mismatches(table: Any, accepted: dict[str, int]) -> int:
 
 
 async def test_joining_handler_and_dead_handlers_partitions_start_within_bounds(
-    make_cluster: Callable[[str], Cluster], tmp_path: Path
+    make_cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:
     handlers = ("h1", "h2", "h3")
     cluster = make_cluster("b")
@@ -382,7 +389,7 @@ async def test_joining_handler_and_dead_handlers_partitions_start_within_bounds(
 
 
 async def test_paused_handler_writes_nothing_for_partitions_it_lost(
-    make_cluster: Callable[[str], Cluster], tmp_path: Path
+    make_cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:
     handlers = ("h1", "h2", "h3")
     paused = "h2"

@@ -1,0 +1,25 @@
+"""The coordination ports on Redis (>= 7.0) through redis-py's asyncio client.
+
+Keys, under ``shoal:{group}:``: ``consumers:{id}`` (member stats with a TTL, owner token
+first), ``members`` (the set of member ids), ``leader`` (``token:term:id`` with a TTL),
+``term`` (the fencing counter), ``assignment`` (the whole assignment as one JSON value),
+``holds`` (one hash, field per partition), ``projects:{p}`` (a set) and ``events`` (the
+change-event stream every mutating script appends to). Each adapter is an async context
+manager owning its connection pool, lease renewals and change feed. Needs
+``notify-keyspace-events`` with ``Ex`` (or ``KEA``) to see expirations at once; without
+it they are seen within ``resync_interval``.
+"""
+
+from adapters.redis._election import RedisElection, RedisLeadership
+from adapters.redis._membership import RedisMembership, RedisMembershipLease
+from adapters.redis._settings import RedisSettings
+from adapters.redis._store import RedisAssignmentStore
+
+__all__ = [
+    "RedisAssignmentStore",
+    "RedisElection",
+    "RedisLeadership",
+    "RedisMembership",
+    "RedisMembershipLease",
+    "RedisSettings",
+]

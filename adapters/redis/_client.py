@@ -1,0 +1,248 @@
+"""One redis-py asyncio client shared by an adapter's calls, with a timeout on every call.
+
+redis-py's own retries are switched off (``Retry(NoBackoff(), 0)``): a broken connection
+must surface, so that the change feed knows to re-read (a silent retry on a new
+connection would hide a Redis restart). ``call`` sends an idempotent command once more
+when its connection broke; the rest is up to the adapters.
+Every failure to reach Redis (timeout, connection refused or reset, LOADING after a
+restart, READONLY after a failover) surfaces as ``StoreUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import anyio
+import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from adapters.redis import _scripts
+from adapters.redis._settings import RedisSettings
+from core.errors import StoreUnavailableError
+
+__all__ = ["Event", "RedisClient", "ms"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Error replies that mean "not now" rather than "wrong call".
+_UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS")
+# Scripts that must not run twice for one call (see _scripts).
+_NOT_IDEMPOTENT = frozenset({"PUBLISH"})
+
+
+def ms(seconds: float) -> int:
+    """Whole milliseconds, at least 1 (Redis PX takes integers)."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the change-event stream."""
+
+    id: bytes
+    topic: str
+    op: str
+    key: str
+
+
+class RedisClient:
+    """A redis-py client whose every call is bounded by ``settings.call_timeout``."""
+
+    def __init__(self, settings: RedisSettings) -> None:
+        self.settings = settings
+        self._redis: aioredis.Redis | None = None
+        self._scripts: dict[str, AsyncScript] = {}
+
+    async def connect(self) -> None:
+        """Create the client (connections are made lazily, on the first call)."""
+        client = aioredis.Redis.from_url(
+            self.settings.url,
+            socket_connect_timeout=self.settings.call_timeout,
+            socket_timeout=None,  # every call is bounded by anyio instead (XREAD BLOCK waits)
+            retry=Retry(NoBackoff(), 0),
+            decode_responses=False,
+        )
+        self._scripts = {
+            name: client.register_script(source)
+            for name, source in vars(_scripts).items()
+            if name.isupper() and isinstance(source, str)
+        }
+        self._redis = client
+
+    async def aclose(self) -> None:
+        client, self._redis = self._redis, None
+        if client is not None:
+            with anyio.move_on_after(self.settings.close_timeout, shield=True):
+                await client.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self._redis is None
+
+    @property
+    def db(self) -> int:
+        """The database number of the URL (keyspace notifications are per database)."""
+        return int(self._connected.connection_pool.connection_kwargs.get("db", 0) or 0)
+
+    @property
+    def _connected(self) -> aioredis.Redis:
+        if self._redis is None:
+            raise StoreUnavailableError("redis client is closed (use the adapter in `async with`)")
+        return self._redis
+
+    @property
+    def where(self) -> str:
+        kwargs = {} if self._redis is None else self._redis.connection_pool.connection_kwargs
+        if "path" in kwargs:
+            return str(kwargs["path"])
+        return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+    async def call(
+        self,
+        what: str,
+        call: Callable[[aioredis.Redis], Awaitable[T]],
+        bound: float | None = None,
+        *,
+        idempotent: bool = True,
+    ) -> T:
+        """Run ``call(redis)`` within ``bound`` (default ``call_timeout``), mapping errors.
+
+        An ``idempotent`` call is sent once more when its connection broke (a pooled
+        connection to a Redis that restarted fails on first use), within the same bound.
+        """
+        timeout = self.settings.call_timeout if bound is None else max(bound, 0.001)
+        client = self._connected
+        try:
+            with anyio.fail_after(timeout):
+                if idempotent:
+                    try:
+                        return await call(client)
+                    except RedisConnectionError as exc:
+                        if self.closed:
+                            raise
+                        _log.debug("redis %s: %s; sending it once more", what, exc)
+                return await call(client)
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"redis {what}: no answer within {timeout:g} s from {self.where}"
+            ) from exc
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            if self.closed:
+                raise StoreUnavailableError(f"redis {what}: client closed") from exc
+            raise StoreUnavailableError(f"redis {what} at {self.where}: {exc}") from exc
+        except ResponseError as exc:
+            if str(exc).startswith(_UNAVAILABLE_REPLIES):
+                raise StoreUnavailableError(f"redis {what} at {self.where}: {exc}") from exc
+            raise
+
+    async def script(
+        self, name: str, keys: Sequence[str], args: Sequence[str | int], bound: float | None = None
+    ) -> Any:
+        """Run the Lua script ``name`` of ``_scripts`` (EVALSHA, loading it when Redis
+        does not know it, e.g. after a restart)."""
+        script = self._scripts[name]
+
+        async def run(client: aioredis.Redis) -> Any:
+            return await script(keys=list(keys), args=list(args), client=client)
+
+        return await self.call(name.lower(), run, bound, idempotent=name not in _NOT_IDEMPOTENT)
+
+    async def drop_idle_connections(self) -> None:
+        """Close the pooled idle connections (after a restart they would fail on first use)."""
+        if self._redis is None:
+            return
+        with anyio.move_on_after(self.settings.call_timeout), contextlib.suppress(Exception):
+            await self._redis.connection_pool.disconnect(inuse_connections=False)
+
+    # --- plain commands ------------------------------------------------------------------
+
+    async def get(self, key: str) -> bytes | None:
+        return cast("bytes | None", await self.call("get", lambda r: r.get(key)))
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        return cast("dict[bytes, bytes]", await self.call("hgetall", lambda r: r.hgetall(key)))
+
+    async def sadd(self, key: str, member: str) -> int:
+        # not idempotent: sent twice, it would answer 0 for a member it added
+        return int(await self.call("sadd", lambda r: r.sadd(key, member), idempotent=False))
+
+    async def smembers(self, key: str) -> set[bytes]:
+        return cast("set[bytes]", await self.call("smembers", lambda r: r.smembers(key)))
+
+    async def config_get(self, name: str) -> dict[str, str]:
+        reply = await self.call("config get", lambda r: r.config_get(name))
+        return {_str(k): _str(v) for k, v in cast("dict[Any, Any]", reply).items()}
+
+    # --- the event stream ----------------------------------------------------------------
+
+    async def last_event_id(self, stream: str) -> bytes:
+        """The id of the stream's newest entry, ``0-0`` when it is empty or absent."""
+        reply = await self.call("xrevrange", lambda r: r.xrevrange(stream, count=1))
+        entries = cast("list[tuple[bytes, Any]]", reply)
+        return entries[0][0] if entries else b"0-0"
+
+    async def read_events(self, stream: str, after: bytes, block: float) -> list[Event]:
+        """Entries after ``after``, waiting up to ``block`` seconds for the first one."""
+        block_ms = ms(block)
+        reply = await self.call(
+            "xread",
+            lambda r: r.xread({stream: after}, count=512, block=block_ms),
+            block + self.settings.call_timeout,
+            idempotent=False,  # a broken connection must surface: the stream may be new
+        )
+        events: list[Event] = []
+        for _stream, entries in cast("list[tuple[bytes, list[tuple[bytes, Any]]]]", reply or []):
+            for entry_id, fields in entries:
+                values = {_str(k): _str(v) for k, v in cast("dict[Any, Any]", fields).items()}
+                events.append(
+                    Event(
+                        entry_id,
+                        values.get("topic", ""),
+                        values.get("op", ""),
+                        values.get("key", ""),
+                    )
+                )
+        return events
+
+    # --- pub/sub (keyspace notifications) ------------------------------------------------
+
+    async def subscribe(self, channel: str) -> PubSub:
+        """A PubSub subscribed to ``channel`` (confirmed). Close it with ``aclose``."""
+        pubsub = self._connected.pubsub(ignore_subscribe_messages=True)
+        try:
+            await self.call("subscribe", lambda _: pubsub.subscribe(channel), idempotent=False)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+            raise
+        return pubsub
+
+    async def next_message(self, pubsub: PubSub, wait: float) -> str | None:
+        """The data of the next message within ``wait`` seconds, or None."""
+        message = await self.call(
+            "pubsub",
+            lambda _: pubsub.get_message(ignore_subscribe_messages=True, timeout=wait),
+            wait + self.settings.call_timeout,
+            idempotent=False,
+        )
+        if not message or message.get("type") != "message":
+            return None
+        return _str(message.get("data"))
+
+
+def _str(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)

@@ -1,0 +1,181 @@
+"""The Lua scripts: every mutation is one atomic script that also appends a change event.
+
+Every script but ``PUBLISH`` may run twice for one call (the client retries once on a
+connection that broke, e.g. a pooled connection to a Redis that restarted): each is
+idempotent for the same arguments (tokens and hold versions are unique per call).
+
+Events go to the ``events`` stream (``XADD ... MAXLEN ~ n``) with the fields ``topic``
+(members | leader | assignment | holds), ``op`` and ``key``. Owner checks compare the
+value's ``{token}:`` prefix, so no script decodes JSON except ``release_hold``
+(the member of a hold) and ``publish`` (the stored generation).
+
+Keys not passed in KEYS are only built from ``ARGV`` prefixes in ``members``: the scripts
+are for a single Redis (or a primary with replicas), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+_EVENT = """
+local function event(stream, maxlen, topic, op, key)
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'topic', topic, 'op', op, 'key', key)
+end
+local function owned(value, token)
+  return value and string.sub(value, 1, #token + 1) == token .. ':'
+end
+"""
+
+# KEYS: member key, members set, events. ARGV: member id, value, ttl ms, maxlen.
+JOIN = (
+    _EVENT
+    + """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[2] then return 1 end  -- this very call, retried (the value has its token)
+if current then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+event(KEYS[3], ARGV[4], 'members', 'join', KEYS[1])
+return 1
+"""
+)
+
+# KEYS: key. ARGV: token, ttl ms. 1 renewed, 0 not ours (gone or replaced).
+RENEW = (
+    _EVENT
+    + """
+if not owned(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+)
+
+# KEYS: member key, events. ARGV: token, new value, ttl ms, maxlen.
+UPDATE = (
+    _EVENT
+    + """
+if not owned(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+event(KEYS[2], ARGV[4], 'members', 'update', KEYS[1])
+return 1
+"""
+)
+
+# KEYS: member key, members set, events. ARGV: token, member id, maxlen.
+LEAVE = (
+    _EVENT
+    + """
+if not owned(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[2])
+event(KEYS[3], ARGV[3], 'members', 'leave', KEYS[1])
+return 1
+"""
+)
+
+# KEYS: members set. ARGV: member key prefix. -> {id, value, id, value, ...}; prunes the set.
+MEMBERS = """
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local value = redis.call('GET', ARGV[1] .. id)
+  if value then
+    out[#out + 1] = id
+    out[#out + 1] = value
+  else
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+return out
+"""
+
+# KEYS: leader, term counter, events. ARGV: candidate id, token, ttl ms, maxlen.
+# -> {1, term} elected (also when the key is already this token's: a retry after a lost
+# reply); {0, pttl of the current leader key} otherwise.
+# The counter starts at the server's clock in ms the first time (and again if Redis lost
+# its data), so terms keep growing across a restart without persistence.
+CAMPAIGN = (
+    _EVENT
+    + """
+local current = redis.call('GET', KEYS[1])
+if owned(current, ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {1, tonumber(string.match(current, '^[^:]*:(%d+):'))}
+end
+if current then return {0, redis.call('PTTL', KEYS[1])} end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local now = redis.call('TIME')
+  redis.call('SET', KEYS[2], string.format('%d', tonumber(now[1]) * 1000
+    + math.floor(tonumber(now[2]) / 1000)))
+end
+local term = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[2] .. ':' .. string.format('%d', term) .. ':' .. ARGV[1],
+  'PX', ARGV[3])
+event(KEYS[3], ARGV[4], 'leader', 'elected', KEYS[1])
+return {1, term}
+"""
+)
+
+# KEYS: leader, events. ARGV: token, maxlen.
+RESIGN = (
+    _EVENT
+    + """
+if not owned(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+event(KEYS[2], ARGV[2], 'leader', 'resigned', KEYS[1])
+return 1
+"""
+)
+
+# KEYS: leader, assignment, events. ARGV: term, generation, value, maxlen.
+# -> {1} stored; {0} nobody leads; {-1, leader term} another term leads;
+#    {-2, stored generation} the stored generation is not lower.
+PUBLISH = (
+    _EVENT
+    + """
+local leader = redis.call('GET', KEYS[1])
+if not leader then return {0} end
+local term = string.match(leader, '^[^:]*:(%d+):')
+if term ~= ARGV[1] then return {-1, term or ''} end
+local stored = redis.call('GET', KEYS[2])
+if stored then
+  local ok, decoded = pcall(cjson.decode, stored)
+  local generation = ok and type(decoded) == 'table' and tonumber(decoded['generation'])
+  if generation and generation >= tonumber(ARGV[2]) then
+    return {-2, string.format('%d', generation)}
+  end
+end
+redis.call('SET', KEYS[2], ARGV[3])
+event(KEYS[3], ARGV[4], 'assignment', 'published', KEYS[2])
+return {1}
+"""
+)
+
+# KEYS: holds hash, events. ARGV: partition, new value, expected value ('' = must be free),
+# maxlen. The values carry a random version, so comparing values compares versions.
+CLAIM = (
+    _EVENT
+    + """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current == ARGV[2] then return 1 end  -- this very call, retried (its version is new)
+if ARGV[3] == '' then
+  if current then return 0 end
+elseif current ~= ARGV[3] then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+event(KEYS[2], ARGV[4], 'holds', 'claimed', KEYS[1])
+return 1
+"""
+)
+
+# KEYS: holds hash, events. ARGV: partition, member id, maxlen.
+RELEASE_HOLD = (
+    _EVENT
+    + """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 0 end
+local ok, decoded = pcall(cjson.decode, current)
+if not (ok and type(decoded) == 'table' and decoded['member'] == ARGV[2]) then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+event(KEYS[2], ARGV[3], 'holds', 'released', KEYS[1])
+return 1
+"""
+)

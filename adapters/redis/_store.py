@@ -1,0 +1,190 @@
+"""``RedisAssignmentStore``: the assignment (one key), partition holds and project sets.
+
+- ``assignment`` -> ``{generation, owners, term}`` JSON; ``publish`` is one script that
+  stores it only if the leader key's term equals the caller's and the stored generation
+  is lower.
+- ``holds`` is ONE hash, field ``{partition}`` -> ``{generation, member, version}``: the
+  whole map is read atomically (``HGETALL``) and no key scan is needed. ``version`` is
+  random per claim; ``claim`` compares the stored value with the one observed.
+- ``projects:{p}`` is a set (``SADD``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+
+from adapters.redis._base import RedisAdapter
+from adapters.redis._codec import (
+    StoredAssignment,
+    decode_assignment,
+    decode_hold,
+    encode_assignment,
+    encode_hold,
+    new_version,
+)
+from adapters.redis._watch import watch_snapshots
+from core.errors import FencedError
+from core.model import Assignment, MemberId, Partition
+from core.ports import Hold
+
+__all__ = ["RedisAssignmentStore"]
+
+_log = logging.getLogger(__name__)
+
+
+class RedisAssignmentStore(RedisAdapter):
+    """The ``AssignmentStore`` port on Redis. Use as ``async with RedisAssignmentStore(s) as a``.
+
+    Every method raises ``StoreUnavailableError`` when Redis does not answer in time; a
+    write that timed out may or may not have been applied.
+    """
+
+    async def publish(self, assignment: Assignment, term: int) -> None:
+        """Store ``assignment`` if ``term`` is the current leader key's term and the stored
+        generation is lower. Raises ``FencedError`` otherwise (nothing stored)."""
+        keys = self._keys
+        reply = await self._client.script(
+            "PUBLISH",
+            [keys.leader, keys.assignment, keys.events],
+            [
+                str(term),
+                assignment.generation,
+                encode_assignment(assignment, term),
+                self.settings.events_maxlen,
+            ],
+        )
+        status = int(reply[0])
+        if status == 1:
+            return
+        if status == 0:
+            raise FencedError(f"term {term} is not current: nobody leads now")
+        if status == -1:
+            leader = await self._client.get(keys.leader)
+            who = leader.decode(errors="replace").split(":", 2)[-1] if leader else "?"
+            raise FencedError(
+                f"term {term} is not current: {who!r} leads with term {reply[1].decode()}"
+            )
+        raise FencedError(
+            f"generation {assignment.generation} is not above the stored generation "
+            f"{reply[1].decode()}"
+        )
+
+    async def current(self) -> Assignment | None:
+        stored = await self._stored()
+        return None if stored is None else stored.assignment
+
+    async def watch(self) -> AsyncIterator[Assignment]:
+        """The stored assignment, then newer generations, in order; never an older or
+        repeated one. Generations published faster than the watcher reads may be skipped
+        (it re-reads the latest on each change). Survives Redis restarts (re-reads)."""
+        feed = await self._started_feed()
+        last = -1
+        snapshots = watch_snapshots(
+            self._client, feed, lambda c: c.topic == "assignment", self._stored, "assignment"
+        )
+        warned = -1
+        async with aclosing(snapshots):
+            async for stored in snapshots:
+                if stored is None:
+                    continue
+                generation = stored.assignment.generation
+                if generation > last:
+                    last = generation
+                    yield stored.assignment
+                elif generation < last and warned != generation:
+                    # publish only ever raises the stored generation: it went back because
+                    # the key was deleted or Redis lost its data (no persistence)
+                    warned = generation
+                    _log.error(
+                        "redis: the stored assignment went back from generation %d to %d "
+                        "(term %d): Redis lost its data (run it with appendonly yes) or the "
+                        "key was deleted; this watch yields nothing until a generation above "
+                        "%d is published",
+                        last,
+                        generation,
+                        stored.term,
+                        last,
+                    )
+
+    async def holds(self) -> Mapping[Partition, Hold]:
+        return self._decode_holds(await self._client.hgetall(self._keys.holds))
+
+    async def watch_holds(self) -> AsyncIterator[Mapping[Partition, Hold]]:
+        """The whole hold map now and after every change; survives Redis restarts."""
+        feed = await self._started_feed()
+        last: Mapping[Partition, Hold] | None = None
+        snapshots = watch_snapshots(
+            self._client, feed, lambda c: c.topic == "holds", self.holds, "holds"
+        )
+        async with aclosing(snapshots):
+            async for holds in snapshots:
+                if holds != last:
+                    last = holds
+                    yield dict(holds)
+
+    async def claim(
+        self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
+    ) -> bool:
+        """Set field ``partition`` of ``holds`` if absent (``replacing`` None) or still
+        exactly ``replacing``. False, and nothing written, otherwise."""
+        if replacing is not None and replacing.partition != partition:
+            raise ValueError(f"cannot claim partition {partition} replacing a hold on {replacing}")
+        expected = (
+            ""
+            if replacing is None
+            else encode_hold(replacing.member_id, replacing.generation, replacing.version)
+        )
+        keys = self._keys
+        claimed = await self._client.script(
+            "CLAIM",
+            [keys.holds, keys.events],
+            [
+                partition,
+                encode_hold(member_id, generation, new_version()),
+                expected,
+                self.settings.events_maxlen,
+            ],
+        )
+        return bool(claimed)
+
+    async def release(self, partition: Partition, member_id: MemberId) -> None:
+        """Delete field ``partition`` of ``holds`` if ``member_id`` holds it (checked in the
+        script)."""
+        keys = self._keys
+        await self._client.script(
+            "RELEASE_HOLD",
+            [keys.holds, keys.events],
+            [partition, member_id, self.settings.events_maxlen],
+        )
+
+    async def register_project(self, partition: Partition, project_id: str) -> bool:
+        return await self._client.sadd(self._keys.projects(partition), project_id) == 1
+
+    async def projects(self, partition: Partition) -> frozenset[str]:
+        members = await self._client.smembers(self._keys.projects(partition))
+        return frozenset(member.decode() for member in members)
+
+    # --- decoding ------------------------------------------------------------------------
+
+    async def _stored(self) -> StoredAssignment | None:
+        raw = await self._client.get(self._keys.assignment)
+        if raw is None:
+            return None
+        try:
+            return decode_assignment(raw)
+        except ValueError as exc:
+            _log.warning("redis: ignoring the stored assignment: %s", exc)
+            return None
+
+    @staticmethod
+    def _decode_holds(raw: Mapping[bytes, bytes]) -> dict[Partition, Hold]:
+        holds: dict[Partition, Hold] = {}
+        for field, value in raw.items():
+            try:
+                partition = int(field)
+                holds[partition] = decode_hold(partition, value)
+            except ValueError as exc:
+                _log.warning("redis: ignoring hold %r: %s", field, exc)
+        return dict(sorted(holds.items()))
