@@ -51,3 +51,9 @@ def etcd_server(server_mode: str) -> Iterator[ServerInfo]:
 @pytest.fixture(scope="session")
 def redis_server(server_mode: str) -> Iterator[ServerInfo]:
     yield from _serve("redis", server_mode)
+
+
+@pytest.fixture(scope="session")
+def kafka_server(server_mode: str) -> Iterator[ServerInfo]:
+    """A Kafka broker (KRaft); ``.endpoint`` (== ``.url``) is its bootstrap "host:port"."""
+    yield from _serve("kafka", server_mode)

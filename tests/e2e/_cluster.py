@@ -252,7 +252,12 @@ class Cluster:
             name,
             "gateway",
             port,
-            {"SHOAL_GATEWAY_ID": name, "SHOAL_GATEWAY_HOST": HOST, "SHOAL_GATEWAY_PORT": str(port)},
+            {
+                "SHOAL_GATEWAY_ID": name,
+                "SHOAL_GATEWAY_HOST": HOST,
+                "SHOAL_GATEWAY_PORT": str(port),
+                "SHOAL_GATEWAY_LEDGER_DIR": str(self.data_dir / "_ledger"),
+            },
         )
         if ready:
             await self.wait_ready(name)

@@ -49,6 +49,7 @@ def backend_env(
             values["SHOAL_KAFKA_BOOTSTRAP_SERVERS"] = server("kafka").endpoint
             values["SHOAL_KAFKA_TOPIC"] = f"e2e.{suffix}.data"
             values["SHOAL_KAFKA_DEAD_LETTER_TOPIC"] = f"e2e.{suffix}.dlq"
+            values["SHOAL_KAFKA_REGISTRATION_TOPIC"] = f"e2e.{suffix}.reg"
         if transport == "nats":
             values |= {
                 "SHOAL_NATS_URL": server("nats").url,

@@ -1,0 +1,313 @@
+"""``ShoalAssignor``: the second level of the two-level coordination, run by the group leader.
+
+Kafka's group coordinator (in the broker) tracks the sessions of the group and picks one of
+them as the *group leader*; that session runs ``assign()`` over every session's metadata and
+the broker hands each session its part. ``assign_group`` (pure) decides, from the sessions'
+metadata alone:
+
+1. **Admission**: one ``member``-role session per shoal id. A session whose id is already
+   admitted with another incarnation is *rejected* (the port's ``MemberExistsError``); the
+   incarnation admitted before keeps its seat.
+2. **Election**: the shoal leader among the ``candidate``-role sessions. The incumbent (the
+   leader of the freshest broadcast any session reports, same incarnation) stays; otherwise
+   the candidate seen longest wins (lowest ``since``, then id). A new leader's term is the
+   Kafka generation, raised above every term any session knows (the coordination log's
+   terms included), so terms only ever grow, even if Kafka forgets the group.
+3. **Partitions**: shoal's strategy (``core.assignment``) over the admitted members, with
+   the previous owners each member reports (Kafka's sticky-assignor habit), gives the owners
+   of the coordination topic's partitions, which stand for shoal's partitions.
+
+Every session receives the whole ``Broadcast`` in its assignment's ``user_data``; its own
+Kafka-level partitions are the ones its shoal id owns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from aiokafka.coordinator.assignors.abstract import (  # type: ignore[import-untyped]
+    AbstractPartitionAssignor,
+)
+from aiokafka.coordinator.protocol import (  # type: ignore[import-untyped]
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+
+from adapters.kafka._coord_codec import (
+    CANDIDATE,
+    MEMBER,
+    NO_STATS,
+    Broadcast,
+    LeaderSeat,
+    MemberMeta,
+    Role,
+    Seat,
+    decode_broadcast,
+    decode_meta,
+    encode_broadcast,
+    encode_meta,
+)
+from core.assignment import AssignmentOptions, AssignmentRequest, Strategy, strategy_named
+from core.errors import InvalidAssignmentRequest
+from core.model import Assignment, Member, MemberId, MemberStats, Partition
+
+__all__ = ["ASSIGNOR_NAME", "ShoalAssignor", "assign_group"]
+
+_log = logging.getLogger(__name__)
+
+ASSIGNOR_NAME = "shoal"
+_FALLBACK_STRATEGY = "range"
+
+
+def assign_group(
+    *,
+    generation: int,
+    group_leader: str,
+    partitions: int,
+    members: Mapping[str, MemberMeta | None],
+    strategy: Strategy,
+    options: AssignmentOptions | None = None,
+) -> Broadcast:
+    """The broadcast for Kafka generation ``generation`` of the sessions ``members``
+    (Kafka member id -> decoded metadata; None for a session whose metadata is not ours,
+    which gets nothing). Pure and deterministic: the same inputs give the same broadcast."""
+    metas = {kid: meta for kid, meta in members.items() if meta is not None}
+    previous = _freshest_seen(metas.values())
+    known_term = max(
+        [0]
+        + [m.log_term for m in metas.values()]
+        + [m.seen.max_term for m in metas.values() if m.seen is not None]
+        + [m.seen.leader.term for m in metas.values() if m.seen and m.seen.leader]
+    )
+    admitted, rejected = _admit(generation, metas, previous)
+    candidates = _candidates(generation, metas, previous)
+    leader = _elect(generation, candidates, previous, known_term)
+    owners = _partition_owners(partitions, admitted, metas, strategy, options)
+    return Broadcast(
+        kgen=generation,
+        group_leader=group_leader,
+        leader=leader,
+        members={seat.id: seat for seat in admitted},
+        candidates=candidates,
+        rejected=frozenset(rejected),
+        owners=owners,
+        max_term=max(known_term, 0 if leader is None else leader.term),
+    )
+
+
+def _freshest_seen(metas: Iterable[MemberMeta]) -> Broadcast | None:
+    seen = [m.seen for m in metas if m.seen is not None]
+    return max(seen, key=lambda b: b.kgen, default=None)
+
+
+def _sessions(metas: Mapping[str, MemberMeta], role: Role) -> list[tuple[str, MemberMeta]]:
+    return sorted((kid, m) for kid, m in metas.items() if m.role == role)
+
+
+def _admit(
+    generation: int, metas: Mapping[str, MemberMeta], previous: Broadcast | None
+) -> tuple[list[Seat], list[str]]:
+    """One seat per shoal id: the incarnation admitted before if it is still here, else the
+    session with the lowest Kafka member id. The others are rejected."""
+    by_id: dict[MemberId, list[tuple[str, MemberMeta]]] = {}
+    for kid, meta in _sessions(metas, MEMBER):
+        by_id.setdefault(meta.id, []).append((kid, meta))
+    admitted: list[Seat] = []
+    rejected: list[str] = []
+    for member_id, sessions in sorted(by_id.items()):
+        before = previous.members.get(member_id) if previous is not None else None
+        chosen = next(
+            ((kid, m) for kid, m in sessions if before is not None and m.inc == before.inc),
+            sessions[0],
+        )
+        kid, meta = chosen
+        since = before.since if before is not None and before.inc == meta.inc else generation
+        admitted.append(Seat(meta.id, meta.inc, kid, since, meta.stats))
+        rejected.extend(k for k, _ in sessions if k != kid)
+    return admitted, rejected
+
+
+def _candidates(
+    generation: int, metas: Mapping[str, MemberMeta], previous: Broadcast | None
+) -> tuple[Seat, ...]:
+    known = {} if previous is None else {(s.id, s.inc): s.since for s in previous.candidates}
+    seats = [
+        Seat(meta.id, meta.inc, kid, known.get((meta.id, meta.inc), generation))
+        for kid, meta in _sessions(metas, CANDIDATE)
+    ]
+    return tuple(sorted(seats, key=lambda s: (s.since, s.id, s.member)))
+
+
+def _elect(
+    generation: int,
+    candidates: tuple[Seat, ...],
+    previous: Broadcast | None,
+    known_term: int,
+) -> LeaderSeat | None:
+    incumbent = None if previous is None else previous.leader
+    if incumbent is not None:
+        for seat in candidates:
+            if (seat.id, seat.inc) == (incumbent.id, incumbent.inc):
+                return LeaderSeat(seat.id, seat.inc, seat.member, incumbent.term, incumbent.since)
+    if not candidates:
+        return None
+    winner = candidates[0]  # sorted: seen longest, then by id
+    return LeaderSeat(
+        winner.id, winner.inc, winner.member, max(generation, known_term + 1), generation
+    )
+
+
+def _partition_owners(
+    partitions: int,
+    admitted: list[Seat],
+    metas: Mapping[str, MemberMeta],
+    strategy: Strategy,
+    options: AssignmentOptions | None,
+) -> tuple[tuple[MemberId, ...], ...]:
+    if partitions < 1:
+        return ()
+    if not admitted:
+        return ((),) * partitions
+    # previous owners: what each admitted session reports it owned, the latest report
+    # winning when two disagree (a member that missed a generation reports stale ones)
+    latest: dict[Partition, tuple[int, list[MemberId]]] = {}
+    for seat in admitted:
+        meta = metas[seat.member]
+        for partition in meta.owned:
+            if not 0 <= partition < partitions:
+                continue
+            kgen, owners = latest.get(partition, (-1, []))
+            if meta.owned_kgen > kgen:
+                latest[partition] = (meta.owned_kgen, [seat.id])
+            elif meta.owned_kgen == kgen:
+                owners.append(seat.id)
+    previous = Assignment(
+        generation=max((k for k, _ in latest.values()), default=0),
+        owners=tuple(tuple(sorted(latest[p][1])) if p in latest else () for p in range(partitions)),
+    )
+    request = AssignmentRequest(
+        partitions=partitions,
+        members=tuple(Member(seat.id) for seat in admitted),
+        previous=previous,
+        options=options if options is not None else AssignmentOptions(),
+    )
+    try:
+        return strategy.assign(request).assignment.owners
+    except InvalidAssignmentRequest as exc:
+        _log.warning(
+            "strategy %s refused the coordination assignment (%s); using %s",
+            strategy.name,
+            exc,
+            _FALLBACK_STRATEGY,
+        )
+        return strategy_named(_FALLBACK_STRATEGY).assign(request).assignment.owners
+
+
+class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """The one assignor every shoal session lists (name ``shoal``), holding that session's
+    side of the protocol: ``metadata()`` describes the session (identity, role, stats, the
+    partitions it owned, the last broadcast it saw, the highest log term it read),
+    ``on_assignment()`` records the broadcast it received, and ``assign()`` — run only
+    in the group leader — delegates to ``assign_group``.
+
+    Kafka's ``assign(cluster, members)`` carries no generation; the session sets
+    ``generation`` from its JoinGroup response before calling it (under aiokafka's own
+    consumer it falls back to the last broadcast's generation + 1).
+    """
+
+    name = ASSIGNOR_NAME
+    version = 0
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        partitions: int,
+        role: Role,
+        member_id: MemberId,
+        incarnation: str,
+        stats: MemberStats = NO_STATS,
+        strategy: Strategy | None = None,
+        options: AssignmentOptions | None = None,
+        log_term: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.role: Role = role
+        self.member_id = member_id
+        self.incarnation = incarnation
+        self.stats = stats
+        self.strategy = strategy if strategy is not None else strategy_named("sticky")
+        self.options = options
+        self._log_term = log_term
+        self.generation: int | None = None  # set by the session before assign()
+        self.kafka_member_id = ""  # this session's Kafka member id, set by the session
+        self.last: Broadcast | None = None
+        self.owned: tuple[Partition, ...] = ()
+        self.deposed_term: int | None = None  # the last assign() replaced this leader's term
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        meta = MemberMeta(
+            role=self.role,
+            id=self.member_id,
+            inc=self.incarnation,
+            stats=self.stats,
+            owned=self.owned,
+            owned_kgen=0 if self.last is None else self.last.kgen,
+            seen=self.last,
+            log_term=self._log_term(),
+        )
+        return ConsumerProtocolMemberMetadata(0, sorted(set(topics)), encode_meta(meta))
+
+    def assign(
+        self, cluster: object, members: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        known = getattr(cluster, "partitions_for_topic", lambda _topic: None)(self.topic)
+        partitions = len(known) if known else self.partitions
+        decoded: dict[str, MemberMeta | None] = {}
+        for kid, metadata in members.items():
+            try:
+                decoded[kid] = decode_meta(bytes(metadata.user_data or b""))
+            except ValueError as exc:
+                _log.warning("ignoring group member %s: %s", kid, exc)
+                decoded[kid] = None
+        generation = self.generation
+        if generation is None:
+            generation = 1 + max(
+                (m.seen.kgen for m in decoded.values() if m is not None and m.seen),
+                default=0,
+            )
+        broadcast = assign_group(
+            generation=generation,
+            group_leader=self.kafka_member_id,
+            partitions=partitions,
+            members=decoded,
+            strategy=self.strategy,
+            options=self.options,
+        )
+        previous = _freshest_seen(m for m in decoded.values() if m is not None)
+        before = None if previous is None else previous.leader
+        after = broadcast.leader
+        self.deposed_term = None
+        if before is not None and (
+            after is None or (after.id, after.inc) != (before.id, before.inc)
+        ):
+            self.deposed_term = before.term
+        user_data = encode_broadcast(broadcast)
+        by_kafka_member = {seat.member: seat.id for seat in broadcast.members.values()}
+        result: dict[str, ConsumerProtocolMemberAssignment] = {}
+        for kid in members:
+            shoal_id = by_kafka_member.get(kid)
+            owned = [] if shoal_id is None else list(broadcast.owned_by(shoal_id))
+            result[kid] = ConsumerProtocolMemberAssignment(0, [(self.topic, owned)], user_data)
+        return result
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        broadcast = decode_broadcast(bytes(assignment.user_data or b""))
+        self.last = broadcast
+        self.owned = tuple(
+            sorted(
+                p for topic, parts in assignment.assignment if topic == self.topic for p in parts
+            )
+        )

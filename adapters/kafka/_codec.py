@@ -1,0 +1,137 @@
+"""Envelope <-> Kafka record: the envelope's fields travel in headers (as on NATS), the key is
+the project id, the value is the device's payload, untouched.
+
+Headers (UTF-8 values; Kafka header values are bytes, so any string survives as is):
+
+- ``Shoal-Msg-Id``       message_id
+- ``Shoal-Project``      project_id
+- ``Shoal-Partition``    partition (decimal)
+- ``Shoal-Gateway``      gateway_id
+- ``Shoal-Sequence``     sequence (decimal)
+- ``Shoal-Received-At``  received_at (``repr`` of the float: exact round trip)
+- ``Shoal-Kind``         ``announce`` or ``data``
+
+Dead letters add ``Shoal-Dead-Reason``, ``Shoal-Dead-Attempts`` and ``Shoal-Source``
+(``topic/partition/offset`` of the original record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from core.messages import Envelope, MessageKind, is_valid_project_id
+
+__all__ = [
+    "H_DEAD_ATTEMPTS",
+    "H_DEAD_REASON",
+    "H_MSG_ID",
+    "H_SOURCE",
+    "Encoded",
+    "decode",
+    "encode",
+    "envelope_headers",
+]
+
+H_MSG_ID = "Shoal-Msg-Id"
+H_PROJECT = "Shoal-Project"
+H_PARTITION = "Shoal-Partition"
+H_GATEWAY = "Shoal-Gateway"
+H_SEQUENCE = "Shoal-Sequence"
+H_RECEIVED_AT = "Shoal-Received-At"
+H_KIND = "Shoal-Kind"
+H_DEAD_REASON = "Shoal-Dead-Reason"
+H_DEAD_ATTEMPTS = "Shoal-Dead-Attempts"
+H_SOURCE = "Shoal-Source"
+
+Headers = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    partition: int
+    key: bytes
+    value: bytes
+    headers: Headers
+
+
+def encode(envelope: Envelope, partitions: int) -> Encoded:
+    """The record for ``envelope``; ``ValueError`` on an unsafe project id, an empty message
+    id, or a partition outside the topic's ``partitions``."""
+    if not is_valid_project_id(envelope.project_id):
+        raise ValueError(f"project_id {envelope.project_id!r} is not one safe subject token")
+    if not 0 <= envelope.partition < partitions:
+        raise ValueError(f"partition {envelope.partition} is outside 0..{partitions - 1}")
+    if not envelope.message_id:
+        raise ValueError("message_id is empty")
+    return Encoded(
+        envelope.partition,
+        envelope.project_id.encode(),
+        envelope.payload,
+        envelope_headers(envelope),
+    )
+
+
+def envelope_headers(envelope: Envelope) -> Headers:
+    """The headers that carry ``envelope``'s fields (no validation)."""
+    return [
+        (H_MSG_ID, envelope.message_id.encode()),
+        (H_PROJECT, envelope.project_id.encode()),
+        (H_PARTITION, str(envelope.partition).encode()),
+        (H_GATEWAY, envelope.gateway_id.encode()),
+        (H_SEQUENCE, str(envelope.sequence).encode()),
+        (H_RECEIVED_AT, repr(float(envelope.received_at)).encode()),
+        (H_KIND, envelope.kind.value.encode()),
+    ]
+
+
+def decode(
+    headers: Iterable[tuple[str, bytes]] | None,
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    partition: int,
+    fallback_id: str,
+    fallback_time: float,
+) -> Envelope:
+    """The envelope of a stored record. Never raises: a record written by something other
+    than ``encode`` gets the record's partition, the key as project, ``fallback_id`` as id,
+    sequence 0 and ``fallback_time``."""
+    h: dict[str, str] = {}
+    for name, raw in headers or ():
+        try:
+            h[name] = (raw or b"").decode()
+        except UnicodeDecodeError:
+            continue
+    payload = value or b""
+    try:
+        return Envelope(
+            message_id=h[H_MSG_ID],
+            project_id=h[H_PROJECT],
+            partition=int(h[H_PARTITION]),
+            gateway_id=h[H_GATEWAY],
+            sequence=int(h[H_SEQUENCE]),
+            received_at=float(h[H_RECEIVED_AT]),
+            payload=payload,
+            kind=MessageKind(h[H_KIND]),
+        )
+    except (KeyError, ValueError):
+        pass
+    try:
+        project = key.decode() if key else h.get(H_PROJECT, "")
+    except UnicodeDecodeError:
+        project = h.get(H_PROJECT, "")
+    try:
+        kind = MessageKind(h.get(H_KIND, "data"))
+    except ValueError:
+        kind = MessageKind.DATA
+    return Envelope(
+        message_id=h.get(H_MSG_ID) or fallback_id,
+        project_id=project,
+        partition=partition,
+        gateway_id="",
+        sequence=0,
+        received_at=fallback_time,
+        payload=payload,
+        kind=kind,
+    )

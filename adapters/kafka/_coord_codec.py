@@ -1,0 +1,361 @@
+"""What travels through Kafka for coordination, as compact JSON. Decoding is strict.
+
+- ``MemberMeta``: a session's JoinGroup metadata ``user_data`` (who it is, its role, its
+  stats at join time, the coordination partitions it owned, the last broadcast it saw).
+- ``Broadcast``: the assignor's result, embedded whole in EVERY member's SyncGroup
+  assignment ``user_data``: the Kafka generation, the shoal leader and its term, the
+  admitted members with their stats, the candidates, and owners per partition.
+- Log records (``LogRecord``): the coordination log's operations (see ``_coord_log``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from core.model import Assignment, MemberId, MemberStats, Partition
+
+__all__ = [
+    "CANDIDATE",
+    "MEMBER",
+    "NO_STATS",
+    "Broadcast",
+    "LeaderSeat",
+    "MemberMeta",
+    "Role",
+    "Seat",
+    "decode_broadcast",
+    "decode_meta",
+    "decode_stats_record",
+    "encode_broadcast",
+    "encode_meta",
+    "encode_stats_record",
+]
+
+Role = Literal["member", "candidate"]
+MEMBER: Role = "member"
+CANDIDATE: Role = "candidate"
+_VERSION = 1
+NO_STATS = MemberStats()
+
+
+def dumps(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def loads_object(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what}: not JSON: {raw[:80]!r}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {raw[:80]!r}")
+    return value
+
+
+def stats_to_json(stats: MemberStats) -> dict[str, Any]:
+    return asdict(stats)
+
+
+def stats_from_json(value: object) -> MemberStats:
+    """Unknown keys are ignored and missing ones take their defaults (rolling upgrades)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"member stats: expected an object, got {value!r}")
+    defaults = MemberStats()
+    try:
+        return MemberStats(
+            cpu=float(value.get("cpu", defaults.cpu)),
+            project_count=int(value.get("project_count", defaults.project_count)),
+            last_message_id=str(value.get("last_message_id", defaults.last_message_id)),
+            rate=float(value.get("rate", defaults.rate)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"member stats: {exc}: {value!r}") from exc
+
+
+# --- broadcast ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """An admitted member or a candidate in one broadcast.
+
+    ``inc`` (incarnation) tells two sessions of one id apart; ``member`` is Kafka's member
+    id of the session; ``since`` is the Kafka generation in which this incarnation was
+    first seen by an assignor.
+    """
+
+    id: MemberId
+    inc: str
+    member: str
+    since: int
+    stats: MemberStats = NO_STATS
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderSeat:
+    """The shoal leader a broadcast names; ``term`` is its fencing token."""
+
+    id: MemberId
+    inc: str
+    member: str
+    term: int
+    since: int
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """One completed rebalance as every member of it learns it.
+
+    ``members`` are the admitted ``member``-role sessions (one per shoal id); ``rejected``
+    the Kafka member ids refused (a live member already has their shoal id). ``owners`` is
+    the coordination topic's assignment computed by shoal's strategy (``owners[p]``: the
+    shoal ids that own partition p). ``max_term`` is the highest term any assignor knew.
+    """
+
+    kgen: int
+    group_leader: str
+    leader: LeaderSeat | None
+    members: Mapping[MemberId, Seat]
+    candidates: tuple[Seat, ...]
+    rejected: frozenset[str] = frozenset()
+    owners: tuple[tuple[MemberId, ...], ...] = ()
+    max_term: int = 0
+
+    def present(self, kafka_member_ids: frozenset[str]) -> Broadcast:
+        """This broadcast without the sessions that are no longer in the group."""
+        leader = self.leader
+        if leader is not None and leader.member not in kafka_member_ids:
+            leader = None
+        return Broadcast(
+            kgen=self.kgen,
+            group_leader=self.group_leader,
+            leader=leader,
+            members={i: s for i, s in self.members.items() if s.member in kafka_member_ids},
+            candidates=tuple(s for s in self.candidates if s.member in kafka_member_ids),
+            rejected=self.rejected,
+            owners=self.owners,
+            max_term=self.max_term,
+        )
+
+    def compact(self) -> Broadcast:
+        """Without owners and stats: what a member reports back as ``seen`` when it rejoins."""
+        return Broadcast(
+            kgen=self.kgen,
+            group_leader=self.group_leader,
+            leader=self.leader,
+            members={i: Seat(s.id, s.inc, s.member, s.since) for i, s in self.members.items()},
+            candidates=self.candidates,
+            rejected=frozenset(),
+            owners=(),
+            max_term=self.max_term,
+        )
+
+    def owned_by(self, member_id: MemberId) -> tuple[Partition, ...]:
+        return tuple(p for p, owners in enumerate(self.owners) if member_id in owners)
+
+
+def _seat_to_json(seat: Seat, *, with_stats: bool) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "id": seat.id,
+        "inc": seat.inc,
+        "member": seat.member,
+        "since": seat.since,
+    }
+    if with_stats:
+        value["stats"] = stats_to_json(seat.stats)
+    return value
+
+
+def _seat_from_json(value: object) -> Seat:
+    if not isinstance(value, dict):
+        raise ValueError(f"seat: expected an object, got {value!r}")
+    stats = stats_from_json(value["stats"]) if "stats" in value else NO_STATS
+    return Seat(
+        id=_str(value, "id"),
+        inc=_str(value, "inc"),
+        member=_str(value, "member"),
+        since=_int(value, "since"),
+        stats=stats,
+    )
+
+
+def broadcast_to_json(broadcast: Broadcast) -> dict[str, Any]:
+    leader = broadcast.leader
+    return {
+        "v": _VERSION,
+        "kgen": broadcast.kgen,
+        "group_leader": broadcast.group_leader,
+        "leader": None
+        if leader is None
+        else {
+            "id": leader.id,
+            "inc": leader.inc,
+            "member": leader.member,
+            "term": leader.term,
+            "since": leader.since,
+        },
+        "members": [
+            _seat_to_json(s, with_stats=True) for _, s in sorted(broadcast.members.items())
+        ],
+        "candidates": [_seat_to_json(s, with_stats=False) for s in broadcast.candidates],
+        "rejected": sorted(broadcast.rejected),
+        "owners": [list(o) for o in broadcast.owners],
+        "max_term": broadcast.max_term,
+    }
+
+
+def broadcast_from_json(value: object) -> Broadcast:
+    if not isinstance(value, dict):
+        raise ValueError(f"broadcast: expected an object, got {value!r}")
+    try:
+        raw_leader = value.get("leader")
+        leader = None
+        if raw_leader is not None:
+            if not isinstance(raw_leader, dict):
+                raise TypeError("leader must be an object")
+            leader = LeaderSeat(
+                id=_str(raw_leader, "id"),
+                inc=_str(raw_leader, "inc"),
+                member=_str(raw_leader, "member"),
+                term=_int(raw_leader, "term"),
+                since=_int(raw_leader, "since"),
+            )
+        members = [_seat_from_json(s) for s in _list(value, "members")]
+        return Broadcast(
+            kgen=_int(value, "kgen"),
+            group_leader=_str(value, "group_leader"),
+            leader=leader,
+            members={s.id: s for s in members},
+            candidates=tuple(_seat_from_json(s) for s in _list(value, "candidates")),
+            rejected=frozenset(str(r) for r in value.get("rejected", ())),
+            owners=tuple(tuple(str(m) for m in o) for o in value.get("owners", ())),
+            max_term=int(value.get("max_term", 0)),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"broadcast: {exc!r}") from exc
+
+
+def encode_broadcast(broadcast: Broadcast) -> bytes:
+    return dumps(broadcast_to_json(broadcast))
+
+
+def decode_broadcast(raw: bytes) -> Broadcast:
+    return broadcast_from_json(loads_object(raw, "broadcast"))
+
+
+# --- member metadata ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMeta:
+    """A session's JoinGroup ``user_data``.
+
+    ``owned`` are the coordination partitions it was assigned at generation ``owned_kgen``
+    (previous ownership, for the strategy's stickiness); ``seen`` the last broadcast it
+    received (compact); ``log_term`` the highest term it read in the coordination log.
+    """
+
+    role: Role
+    id: MemberId
+    inc: str
+    stats: MemberStats = NO_STATS
+    owned: tuple[Partition, ...] = ()
+    owned_kgen: int = 0
+    seen: Broadcast | None = None
+    log_term: int = 0
+
+
+def encode_meta(meta: MemberMeta) -> bytes:
+    return dumps(
+        {
+            "v": _VERSION,
+            "role": meta.role,
+            "id": meta.id,
+            "inc": meta.inc,
+            "stats": stats_to_json(meta.stats),
+            "owned": list(meta.owned),
+            "owned_kgen": meta.owned_kgen,
+            "seen": None if meta.seen is None else broadcast_to_json(meta.seen.compact()),
+            "log_term": meta.log_term,
+        }
+    )
+
+
+def decode_meta(raw: bytes) -> MemberMeta:
+    value = loads_object(raw, "member metadata")
+    try:
+        role = value["role"]
+        if role not in (MEMBER, CANDIDATE):
+            raise ValueError(f"member metadata: unknown role {role!r}")
+        seen = value.get("seen")
+        return MemberMeta(
+            role=role,
+            id=_str(value, "id"),
+            inc=_str(value, "inc"),
+            stats=stats_from_json(value.get("stats", {})),
+            owned=tuple(int(p) for p in value.get("owned", ())),
+            owned_kgen=int(value.get("owned_kgen", 0)),
+            seen=None if seen is None else broadcast_from_json(seen),
+            log_term=int(value.get("log_term", 0)),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"member metadata: {exc!r}: {raw[:80]!r}") from exc
+
+
+# --- stats topic ---------------------------------------------------------------------------
+
+
+def encode_stats_record(inc: str, stats: MemberStats) -> bytes:
+    return dumps({"inc": inc, "stats": stats_to_json(stats)})
+
+
+def decode_stats_record(raw: bytes) -> tuple[str, MemberStats]:
+    value = loads_object(raw, "stats record")
+    return _str(value, "inc"), stats_from_json(value.get("stats", {}))
+
+
+# --- assignments in log records ------------------------------------------------------------
+
+
+def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
+    return {
+        "generation": assignment.generation,
+        "owners": [list(owners) for owners in assignment.owners],
+    }
+
+
+def assignment_from_json(value: object) -> Assignment:
+    if not isinstance(value, dict):
+        raise ValueError(f"assignment: expected an object, got {value!r}")
+    generation = value.get("generation")
+    owners = value.get("owners")
+    if not isinstance(generation, int) or not isinstance(owners, list):
+        raise ValueError(f"assignment: expected generation and owners, got {value!r}")
+    return Assignment(generation, tuple(tuple(str(m) for m in o) for o in owners))
+
+
+# --- strict field readers ------------------------------------------------------------------
+
+
+def _str(value: Mapping[str, Any], key: str) -> str:
+    item = value[key]
+    if not isinstance(item, str):
+        raise TypeError(f"{key} must be a string, got {item!r}")
+    return item
+
+
+def _int(value: Mapping[str, Any], key: str) -> int:
+    item = value[key]
+    if not isinstance(item, int) or isinstance(item, bool):
+        raise TypeError(f"{key} must be an integer, got {item!r}")
+    return item
+
+
+def _list(value: Mapping[str, Any], key: str) -> list[Any]:
+    item = value.get(key, [])
+    if not isinstance(item, list):
+        raise TypeError(f"{key} must be a list, got {item!r}")
+    return item

@@ -1,0 +1,255 @@
+"""The coordination log: compare-and-set on Kafka by total order.
+
+Kafka has no compare-and-set, but one partition is a total order that every reader sees
+the same. So every write is a *request* appended to ``shoal.{group}.coord-log`` and every
+reader replays the log with the same pure rules (``LogState.apply``); the outcome of a
+request is decided by its position, identically everywhere. The writer reads the log up to
+its own record to learn whether it won. A record's offset is its version (a hold's
+``version``; a leader's term is chosen by the assignor, see below).
+
+Records (JSON; ``rid`` identifies the request so its writer can find the outcome):
+
+- ``lead {id, inc, term}``: a candidate the group's broadcast named leader takes office.
+  Accepted iff ``term`` is above every term accepted so far (or the same leadership is
+  restated). The assignor picks terms above every term its sessions read here, so a stale
+  leader's late ``lead`` loses.
+- ``depose {term}``: the leader of ``term`` resigned, or the group stopped naming it.
+  Clears the leader if it still holds ``term``.
+- ``publish {term, assignment}``: accepted iff somebody leads with exactly ``term`` and
+  the generation is above the stored one (``FencedError`` otherwise).
+- ``claim {p, member, generation, replacing}``, ``release {p, member}``: the handoff lock,
+  a compare-and-set on the hold's version (the offset of the claim that made it).
+- ``project {p, project}``: registered once per partition; True the first time.
+
+The log is kept forever (``retention.ms=-1``): it grows with every hold change and every
+published generation (about 100 bytes, resp. the assignment's JSON), and a new reader
+replays it from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from adapters.kafka._coord_codec import assignment_from_json, dumps, loads_object
+from adapters.kafka._coord_tail import Appender, TopicTail
+from adapters.kafka._settings import KafkaSettings
+from core.errors import StoreUnavailableError
+from core.model import Assignment, MemberId, Partition
+from core.ports import Hold
+
+__all__ = ["CoordLog", "LeaderRecord", "LogState", "Outcome"]
+
+_log = logging.getLogger("shoal.adapters.kafka.coord")
+_HISTORY = 256  # published assignments kept for watchers that fall behind
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    id: MemberId
+    inc: str
+    term: int
+
+
+@dataclass
+class LogState:
+    """The replayed state; ``apply`` is the only mutator and a pure function of the log."""
+
+    leader: LeaderRecord | None = None
+    max_term: int = 0
+    assignments: deque[tuple[Assignment, int]] = field(
+        default_factory=lambda: deque(maxlen=_HISTORY)
+    )
+    holds: dict[Partition, Hold] = field(default_factory=dict)
+    projects: dict[Partition, set[str]] = field(default_factory=dict)
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self.assignments[-1][0] if self.assignments else None
+
+    def apply(self, offset: int, record: Mapping[str, Any]) -> Outcome:
+        """Apply one record; its outcome. Raises ``ValueError`` for a malformed record."""
+        op = record.get("op")
+        try:
+            if op == "lead":
+                return self._lead(
+                    LeaderRecord(str(record["id"]), str(record["inc"]), _int(record, "term"))
+                )
+            if op == "depose":
+                term = _int(record, "term")
+                if self.leader is not None and self.leader.term == term:
+                    self.leader = None
+                    return Outcome(True)
+                return Outcome(True, "not the current term")
+            if op == "publish":
+                return self._publish(
+                    _int(record, "term"), assignment_from_json(record["assignment"])
+                )
+            if op == "claim":
+                replacing = record.get("replacing")
+                return self._claim(
+                    offset,
+                    _int(record, "p"),
+                    str(record["member"]),
+                    _int(record, "generation"),
+                    None if replacing is None else int(replacing),
+                )
+            if op == "release":
+                partition, member = _int(record, "p"), str(record["member"])
+                hold = self.holds.get(partition)
+                if hold is not None and hold.member_id == member:
+                    del self.holds[partition]
+                    return Outcome(True)
+                return Outcome(True, "not held by this member")
+            if op == "project":
+                projects = self.projects.setdefault(_int(record, "p"), set())
+                project = str(record["project"])
+                if project in projects:
+                    return Outcome(False, "already registered")
+                projects.add(project)
+                return Outcome(True)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed {op} record: {exc!r}") from exc
+        raise ValueError(f"unknown operation {op!r}")
+
+    def _lead(self, leader: LeaderRecord) -> Outcome:
+        if leader == self.leader:
+            return Outcome(True)
+        if leader.term <= self.max_term:
+            return Outcome(False, f"term {leader.term} is not above {self.max_term}")
+        self.leader = leader
+        self.max_term = leader.term
+        return Outcome(True)
+
+    def _publish(self, term: int, assignment: Assignment) -> Outcome:
+        if self.leader is None:
+            return Outcome(False, f"term {term} is not current: nobody leads now")
+        if self.leader.term != term:
+            return Outcome(
+                False,
+                f"term {term} is not current: {self.leader.id!r} leads with term "
+                f"{self.leader.term}",
+            )
+        if self.assignments:
+            stored, stored_term = self.assignments[-1]
+            if assignment.generation <= stored.generation:
+                return Outcome(
+                    False,
+                    f"generation {assignment.generation} is not above the stored generation "
+                    f"{stored.generation} (published by term {stored_term})",
+                )
+        self.assignments.append((assignment, term))
+        return Outcome(True)
+
+    def _claim(
+        self,
+        offset: int,
+        partition: Partition,
+        member: MemberId,
+        generation: int,
+        replacing: int | None,
+    ) -> Outcome:
+        current = self.holds.get(partition)
+        if replacing is None and current is not None:
+            return Outcome(False, f"held by {current.member_id}")
+        if replacing is not None and (current is None or current.version != replacing):
+            return Outcome(False, "the observed hold changed")
+        self.holds[partition] = Hold(partition, member, generation, version=offset)
+        return Outcome(True)
+
+
+def _int(record: Mapping[str, Any], key: str) -> int:
+    value = record[key]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{key} must be an integer, got {value!r}")
+    return value
+
+
+class CoordLog:
+    """The log as one adapter sees it: an appender, and (``tail``) a replayed ``state``."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topic: str,
+        *,
+        tail: bool = True,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.state = LogState()
+        self._appender = Appender(settings, topic)
+        self._tail = TopicTail(settings, topic, self._on_record, on_change) if tail else None
+        self._waiting: dict[str, Outcome | None] = {}
+
+    @property
+    def changes(self) -> Any:
+        if self._tail is None:
+            raise RuntimeError("this log is write-only")
+        return self._tail.changes
+
+    async def start(self, tasks: TaskGroup) -> None:
+        await self._appender.start()
+        if self._tail is not None:
+            await self._tail.start(tasks)
+
+    async def stop(self) -> None:
+        try:
+            if self._tail is not None:
+                await self._tail.stop()
+        finally:
+            await self._appender.stop()
+
+    async def sync(self) -> None:
+        if self._tail is None:
+            raise RuntimeError("this log is write-only")
+        await self._tail.sync()
+
+    async def post(self, op: str, **fields: object) -> None:
+        """Append without waiting for the outcome (a write-only log's only way)."""
+        await self._appender.append(op.encode(), dumps({"op": op, "rid": "", **fields}))
+
+    async def request(self, op: str, **fields: object) -> Outcome:
+        """Append a request and return its outcome once this reader applied it.
+
+        Raises ``StoreUnavailableError`` when it could not be confirmed within
+        ``request_timeout`` (then it may or may not have been applied)."""
+        if self._tail is None:
+            raise RuntimeError("this log is write-only")
+        rid = uuid.uuid4().hex
+        self._waiting[rid] = None
+        try:
+            await self._appender.append(op.encode(), dumps({"op": op, "rid": rid, **fields}))
+            timeout = self.settings.request_timeout
+            with anyio.move_on_after(timeout):
+                while (outcome := self._waiting.get(rid)) is None:
+                    await self._tail.changes.event().wait()
+                return outcome
+            raise StoreUnavailableError(
+                f"Kafka: {op} stored but not read back within {timeout:g} s "
+                "(it may or may not apply)"
+            )
+        finally:
+            self._waiting.pop(rid, None)
+
+    def _on_record(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        if value is None:
+            return
+        record = loads_object(value, "coordination record")
+        outcome = self.state.apply(offset, record)
+        rid = record.get("rid")
+        if isinstance(rid, str) and rid in self._waiting:
+            self._waiting[rid] = outcome

@@ -1,0 +1,143 @@
+"""``KafkaSettings``: everything the Kafka adapters read (env prefix ``SHOAL_KAFKA_``).
+
+Shared by the transport and the Kafka coordination adapters. Names:
+
+- ``topic`` (``shoal.data``): the data topic, ``partitions`` partitions (one per shoal
+  partition, same number as on NATS), created on first use with ``replication_factor``;
+- ``dead_letter_topic`` (``shoal.dlq``) and ``registration_topic`` (``shoal.reg``);
+- ``offsets_group_id`` (``shoal.{group}``): the consumer group under which the transport
+  commits offsets. It never joins that group (it ``assign()``s partitions), so the
+  coordination adapters must use another group id for membership (a group with live
+  members refuses commits from outside it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.partitioning import DEFAULT_PARTITIONS
+
+__all__ = ["KafkaSettings"]
+
+_TOPIC = r"^[A-Za-z0-9._-]{1,200}$"
+
+
+class KafkaSettings(BaseSettings):
+    """Connection, topic and consumer settings of the Kafka adapters.
+
+    ``bootstrap_servers``: ``host:port`` strings; from the environment a comma-separated
+    list (``SHOAL_KAFKA_BOOTSTRAP_SERVERS=10.0.0.1:9092,10.0.0.2:9092``).
+    ``partitions`` also reads ``SHOAL_PARTITIONS`` (the services' setting), so the topic
+    is checked against the partition count every service uses.
+
+    Durability: the producer uses acks=all and idempotence. Kafka acknowledges a write
+    once every in-sync replica has it *in memory* (it does not fsync by default), so a
+    killed broker process keeps acked messages (the OS has them), but a machine that
+    dies loses recent ones unless the topic has replicas on other machines:
+    ``replication_factor=3`` with ``min_insync_replicas=2`` in production, or
+    ``topic_config={"flush.messages": "1"}`` (fsync every message; slow) on one node.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="SHOAL_KAFKA_", extra="ignore", populate_by_name=True
+    )
+
+    bootstrap_servers: Annotated[tuple[str, ...], NoDecode] = ("127.0.0.1:9092",)
+    client_id: str = Field(default="shoal", min_length=1)
+    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    topic: str = Field(default="shoal.data", pattern=_TOPIC)
+    partitions: int = Field(
+        default=DEFAULT_PARTITIONS,
+        ge=1,
+        le=100_000,
+        validation_alias=AliasChoices("partitions", "SHOAL_KAFKA_PARTITIONS", "SHOAL_PARTITIONS"),
+    )
+    replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int = Field(default=1, ge=1)
+    topic_config: dict[str, str] = Field(
+        default_factory=dict, description="extra topic configs applied when creating topics"
+    )
+    dead_letter_topic: str = Field(default="shoal.dlq", pattern=_TOPIC)
+    registration_topic: str = Field(default="shoal.reg", pattern=_TOPIC)
+    create_topics: bool = Field(default=True, description="create missing topics on enter")
+
+    # per-message delivery semantics, emulated by the subscription (see _subscription)
+    ack_wait: float = Field(default=5.0, gt=0)
+    max_deliver: int = Field(default=10, ge=1)
+    max_ack_pending: int = Field(
+        default=1000, ge=1, description="unsettled deliveries per subscription"
+    )
+    duplicate_window: float = Field(
+        default=120.0, ge=0, description="message-id de-duplication window (seconds)"
+    )
+    duplicate_cache: int = Field(
+        default=100_000, ge=0, description="message ids remembered for de-duplication"
+    )
+    track_deliveries: bool = Field(
+        default=True,
+        description="commit delivery counts on every fetch, so max_deliver holds across "
+        "handler crashes (one offset commit per non-empty fetch)",
+    )
+
+    # timeouts (seconds)
+    connect_timeout: float = Field(default=10.0, gt=0, description="bound on entering")
+    request_timeout: float = Field(
+        default=10.0, gt=0, description="every broker request (metadata, commit, admin)"
+    )
+    publish_timeout: float = Field(default=10.0, gt=0, description="one publish() call")
+    session_timeout: float = Field(default=10.0, gt=0, description="consumer-group session")
+    heartbeat_interval: float = Field(default=3.0, gt=0)
+    close_timeout: float = Field(default=5.0, gt=0)
+    retry_backoff: float = Field(default=0.1, gt=0)
+
+    # producer tuning
+    max_pending_sends: int = Field(
+        default=10_000, ge=1, description="publish window of unconfirmed sends"
+    )
+    linger: float = Field(default=0.0, ge=0, description="producer linger (seconds)")
+    max_batch_bytes: int = Field(default=256 * 1024, ge=1024)
+    fetch_max_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="per subscription (one consumer, one partition): what it prefetches",
+    )
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split_servers(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, list | tuple) and not value:
+            raise ValueError("SHOAL_KAFKA_BOOTSTRAP_SERVERS: at least one host:port is needed")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        topics = {self.topic, self.dead_letter_topic, self.registration_topic}
+        if len(topics) != 3:
+            raise ValueError("topic, dead_letter_topic and registration_topic must differ")
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"min_insync_replicas {self.min_insync_replicas} exceeds "
+                f"replication_factor {self.replication_factor}"
+            )
+        if self.heartbeat_interval >= self.session_timeout:
+            raise ValueError("heartbeat_interval must be below session_timeout")
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        """Comma-separated, as Kafka tools take it."""
+        return ",".join(self.bootstrap_servers)
+
+    @property
+    def offsets_group_id(self) -> str:
+        """The group the transport commits offsets under (never joined)."""
+        return f"shoal.{self.group}"
+
+    def ms(self, seconds: float) -> int:
+        """Seconds as whole milliseconds (aiokafka takes ``*_ms`` integers)."""
+        return max(1, round(seconds * 1000))

@@ -1,0 +1,117 @@
+"""``KafkaAssignmentStore``: the assignment, holds and projects in the coordination log.
+
+Every write is a request appended to ``shoal.{group}.coord-log`` and decided by replay (see
+``_coord_log``): ``publish`` is accepted only under the term the log's last ``lead`` named
+(a resigned or superseded leader is fenced) and for a higher generation; ``claim`` is a
+compare-and-set on the hold's version (the offset of the claim that made it); ``release``
+and ``register_project`` likewise. Reads first catch up with the log's end, so a read sees
+every write confirmed before it (from any process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+from adapters.kafka._coord_base import KafkaCoordinationAdapter
+from adapters.kafka._coord_codec import assignment_to_json
+from adapters.kafka._coord_log import CoordLog
+from adapters.kafka._settings import KafkaSettings
+from core.errors import FencedError
+from core.model import Assignment, MemberId, Partition
+from core.ports import Hold
+
+__all__ = ["KafkaAssignmentStore"]
+
+
+class KafkaAssignmentStore(KafkaCoordinationAdapter):
+    """The ``AssignmentStore`` port on the Kafka coordination log. Use as ``async with``.
+
+    Every method raises ``StoreUnavailableError`` when Kafka does not answer in time; a
+    write that timed out may or may not have been applied.
+    """
+
+    def __init__(self, settings: KafkaSettings | None = None) -> None:
+        super().__init__(settings)
+        self.log = CoordLog(self.settings, self.names.log_topic, on_change=self.changes.notify)
+
+    async def _open(self) -> None:
+        await self.log.start(self.tasks)
+        await self.log.sync()
+
+    async def _close(self) -> None:
+        await self.log.stop()
+
+    async def publish(self, assignment: Assignment, term: int) -> None:
+        outcome = await self.log.request(
+            "publish", term=term, assignment=assignment_to_json(assignment)
+        )
+        if not outcome.ok:
+            raise FencedError(outcome.reason)
+
+    async def current(self) -> Assignment | None:
+        await self.log.sync()
+        return self.log.state.assignment
+
+    async def watch(self) -> AsyncIterator[Assignment]:
+        """The stored assignment, then every newer generation in order (the last 256 are
+        kept for a watcher that falls behind). Survives broker restarts (the reader
+        reconnects and resumes from its position)."""
+        last: int | None = None
+        state = self.log.state
+        while True:
+            changed = self.changes.event()
+            history = [a for a, _ in state.assignments]
+            if last is None:
+                history = history[-1:]
+            for assignment in history:
+                if last is None or assignment.generation > last:
+                    last = assignment.generation
+                    yield assignment
+            await changed.wait()
+
+    async def holds(self) -> Mapping[Partition, Hold]:
+        await self.log.sync()
+        return dict(sorted(self.log.state.holds.items()))
+
+    async def watch_holds(self) -> AsyncIterator[Mapping[Partition, Hold]]:
+        last: dict[Partition, Hold] | None = None
+        while True:
+            changed = self.changes.event()
+            holds = dict(sorted(self.log.state.holds.items()))
+            if holds != last:
+                last = holds
+                yield dict(holds)
+            await changed.wait()
+
+    async def claim(
+        self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
+    ) -> bool:
+        if replacing is not None and replacing.partition != partition:
+            raise ValueError(f"cannot claim partition {partition} replacing a hold on {replacing}")
+        outcome = await self.log.request(
+            "claim",
+            p=partition,
+            member=member_id,
+            generation=generation,
+            replacing=None if replacing is None else replacing.version,
+        )
+        return outcome.ok
+
+    async def release(self, partition: Partition, member_id: MemberId) -> None:
+        hold = self.log.state.holds.get(partition)
+        if hold is None or hold.member_id != member_id:
+            await self.log.sync()  # maybe we have not read it yet
+            hold = self.log.state.holds.get(partition)
+            if hold is None or hold.member_id != member_id:
+                return
+        await self.log.request("release", p=partition, member=member_id)
+
+    async def register_project(self, partition: Partition, project_id: str) -> bool:
+        if project_id in self.log.state.projects.get(partition, ()):
+            return False
+        outcome = await self.log.request("project", p=partition, project=project_id)
+        return outcome.ok
+
+    async def projects(self, partition: Partition) -> frozenset[str]:
+        await self.log.sync()
+        return frozenset(self.log.state.projects.get(partition, ()))

@@ -1,0 +1,457 @@
+"""``KafkaSubscription`` and ``KafkaDelivery``: JetStream-like deliveries on one Kafka partition.
+
+Kafka has offsets, not per-message acks. A subscription ``assign()``s exactly its partition
+(no group membership: the group id only names where offsets are committed), starts at the
+committed offset, and emulates the port's per-message semantics on top (the ``Ledger``):
+
+- ``ack()`` settles the offset and commits the lowest unsettled offset (every offset below
+  it is settled), with the ledger in the commit's metadata. Concurrent acks share one
+  commit (a group commit: the handler acks a batch with up to 64 acks in flight; measured,
+  one commit per fetched batch of 256, not one per message). ack returns once the commit is
+  confirmed; a commit that fails raises ``TimeoutError`` (the message is settled locally
+  and the next commit carries it; if none happens it is redelivered: at-least-once).
+- ``nak(delay)`` and the ack deadline: the subscription keeps every delivered, unsettled
+  record in memory (at most ``max_ack_pending``; it stops reading the partition while
+  full) and hands it out again, with ``attempt + 1``, once ``delay`` (nak) or ``ack_wait``
+  (never settled) has passed. Chosen over seeking the consumer back to the lowest unacked
+  offset: a seek re-reads (and would redeliver or have to filter) every later record,
+  acked or in flight, and a nak of one record would rewind the whole partition. Records
+  are immutable, so a copy in memory is the record. Deadlines are acted on when somebody
+  fetches (as on NATS and in the memory adapter).
+- ``term()`` and ``max_deliver``: the record is copied to the dead-letter topic, then
+  settled (so the commit moves past it), then the hook runs.
+- delivery counts are committed too (with ``track_deliveries``, on every non-empty fetch),
+  so a subscriber that takes the partition over (a handoff, a restart after a crash)
+  delivers the records handed out before with ``attempt`` 2 and up, and a record that
+  crashes its handler reaches ``max_deliver`` instead of looping forever.
+- duplicates: Kafka has no message-id de-duplication. A record whose message id was seen
+  at another offset of this partition within ``duplicate_window`` (by record timestamps;
+  the last ``duplicate_cache`` ids) is settled without being delivered. The transport
+  also skips re-publishing ids it already stored. A duplicate that reaches another
+  subscriber is delivered: the sink's readers count duplicates by message id.
+
+``close()`` commits the ledger and stops the consumer; the next ``open()`` of the
+partition resumes from that commit (that is the handoff). Settlements after close are
+no-ops: those records come back to the next subscriber.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from adapters.kafka._aiokafka import ConsumerStoppedError, KafkaError, stop_quietly
+from adapters.kafka._codec import decode
+from adapters.kafka._dead_letter import DeadLetterReason, DeadLetters
+from adapters.kafka._ledger import Ledger
+from adapters.kafka._settings import KafkaSettings
+from core.errors import PublishError
+from core.messages import Envelope
+from core.model import Partition
+from core.ports import Delivery
+
+__all__ = ["KafkaDelivery", "KafkaSubscription"]
+
+log = logging.getLogger("shoal.adapters.kafka")
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """One delivered, unsettled record (in flight, or waiting for its redelivery)."""
+
+    offset: int
+    envelope: Envelope
+    attempt: int
+    token: int = 0  # changes on every delivery, nak and expiry: stale settlements are no-ops
+    inflight: bool = False
+    busy: bool = False  # term() is copying it to the dead-letter topic
+    due: float = 0.0  # in flight: the ack deadline; waiting: when it is ready again
+
+
+class KafkaDelivery:
+    """One fetched record. ack/nak/term: the first call wins, later calls are no-ops (a
+    repeated ack retries a commit that failed). Settling a delivery that expired or was
+    redelivered since (a stale one) is a no-op, as in the memory adapter."""
+
+    __slots__ = ("_attempt", "_entry", "_settled", "_sub", "_token")
+
+    def __init__(self, sub: KafkaSubscription, entry: _Entry) -> None:
+        self._sub = sub
+        self._entry = entry
+        self._token = entry.token
+        self._attempt = entry.attempt
+        self._settled = False
+
+    @property
+    def envelope(self) -> Envelope:
+        return self._entry.envelope
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    async def ack(self) -> None:
+        """Settle and commit; ``TimeoutError`` when the commit was not confirmed."""
+        if not self._settled:
+            self._settled = True
+            self._sub._ack(self._entry, self._token)
+        await self._sub._sync()
+
+    async def nak(self, delay: float = 0.0) -> None:
+        """Hand the record out again after ``delay`` seconds (at once when 0)."""
+        await anyio.lowlevel.checkpoint()
+        if not self._settled:
+            self._settled = True
+            self._sub._nak(self._entry, self._token, delay)
+
+    async def term(self) -> None:
+        """Copy to the dead-letter topic, settle, commit, run the hook. ``PublishError``
+        when the copy was not confirmed (then nothing changed: term may be retried)."""
+        if self._settled:
+            await anyio.lowlevel.checkpoint()
+            return
+        self._settled = True
+        try:
+            await self._sub._term(self._entry, self._token)
+        except BaseException:
+            self._settled = False
+            raise
+
+
+class KafkaSubscription:
+    """One partition, assigned to one consumer (see the module docstring)."""
+
+    def __init__(
+        self,
+        partition: Partition,
+        consumer_id: str,
+        *,
+        consumer: Any,
+        tp: Any,
+        ledger: Ledger,
+        settings: KafkaSettings,
+        dead: DeadLetters,
+        on_close: Callable[[KafkaSubscription], None],
+    ) -> None:
+        self.partition = partition
+        self.consumer_id = consumer_id
+        self._consumer = consumer
+        self._tp = tp
+        self._ledger = ledger
+        self._s = settings
+        self._dead = dead
+        self._on_close = on_close
+        self._entries: dict[int, _Entry] = {}
+        self._timed: list[tuple[float, int, int]] = []  # heap of (due, offset, token)
+        self._ready: list[int] = []  # heap of offsets
+        self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (offset, ts)
+        self._commit_lock = anyio.Lock()
+        self._version = 0  # bumped on every ledger change
+        self._synced = 0  # the version the last confirmed commit carried
+        self._last_commit: tuple[int, str] | None = None
+        self._wake: anyio.CancelScope | None = None
+        self._closed = False
+        self._warned_truncated = False
+
+    # -- fetch -------------------------------------------------------------------------
+
+    async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
+        """Up to ``max_messages`` deliveries (redeliveries first, by offset), [] when none
+        came within ``timeout`` (also while the broker is unreachable). Raises
+        ``anyio.ClosedResourceError`` after close()."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        deadline = anyio.current_time() + max(timeout, 0.0)
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            await self._expire()
+            out = self._take_ready(max_messages)
+            room = min(max_messages - len(out), self._s.max_ack_pending - len(self._entries))
+            if room > 0:
+                wait = 0.0 if out else self._wake_at(deadline) - anyio.current_time()
+                out.extend(await self._admit(await self._read(room, wait)))
+            elif not out:
+                await self._sleep(self._wake_at(deadline) - anyio.current_time())
+            if out:
+                await self._sync_quietly()
+                return out
+            if self._synced != self._version:
+                await self._sync_quietly()  # dead letters, duplicates, gaps
+            if anyio.current_time() >= deadline:
+                return []
+
+    def _wake_at(self, deadline: float) -> float:
+        return min(deadline, self._timed[0][0]) if self._timed else deadline
+
+    async def _sleep(self, seconds: float) -> None:
+        with anyio.CancelScope() as scope:
+            self._wake = scope
+            await anyio.sleep(max(seconds, 0.0))
+        self._wake = None
+
+    async def _read(self, n: int, wait: float) -> list[Any]:
+        """Up to n records from the consumer's buffer, waiting up to ``wait`` for some."""
+        records: list[Any] = []
+        with anyio.CancelScope() as scope:
+            self._wake = scope
+            try:
+                batch = await self._consumer.getmany(
+                    self._tp, timeout_ms=max(int(wait * 1000), 0), max_records=n
+                )
+                records = list(batch.get(self._tp, ()))
+            except ConsumerStoppedError:
+                raise anyio.ClosedResourceError from None
+            except KafkaError as exc:
+                log.warning("fetch on partition %d: %r", self.partition, exc)
+                await anyio.sleep(max(wait, 0.0))
+        self._wake = None
+        if self._closed:
+            raise anyio.ClosedResourceError
+        return records
+
+    def _poke(self) -> None:
+        """Wake a fetch that waits (a nak made something ready sooner)."""
+        if self._wake is not None:
+            self._wake.cancel()
+
+    async def _admit(self, records: list[Any]) -> list[Delivery]:
+        """Deliver fresh records: skip settled offsets and duplicates, dead-letter those
+        already delivered max_deliver times (by an earlier subscriber)."""
+        ledger = self._ledger
+        out: list[Delivery] = []
+        now = anyio.current_time()
+        for r in records:
+            o = int(r.offset)
+            if o < ledger.read_to:
+                log.debug("partition %d: offset %d read again; skipped", self.partition, o)
+                continue
+            for gap in range(ledger.read_to, o):  # offsets without a record
+                ledger.settle(gap)
+                self._version += 1
+            ledger.read_to = o + 1
+            if ledger.is_settled(o):
+                continue  # acked out of order by an earlier subscriber
+            envelope = decode(
+                r.headers,
+                r.key,
+                r.value,
+                partition=self.partition,
+                fallback_id=f"{self._s.topic}:{self.partition}:{o}",
+                fallback_time=(r.timestamp or 0) / 1000,
+            )
+            if self._duplicate(envelope.message_id, o, int(r.timestamp or 0)):
+                ledger.settle(o)
+                self._version += 1
+                continue
+            prior = ledger.count(o)
+            if prior >= self._s.max_deliver:
+                entry = _Entry(o, envelope, prior, busy=True)
+                self._entries[o] = entry
+                await self._dead_letter(entry, "max_deliver")
+                continue
+            attempt = ledger.delivered(o)
+            if self._s.track_deliveries:
+                self._version += 1
+            entry = _Entry(o, envelope, attempt, token=1, inflight=True, due=now + self._s.ack_wait)
+            self._entries[o] = entry
+            heapq.heappush(self._timed, (entry.due, o, entry.token))
+            out.append(KafkaDelivery(self, entry))
+        return out
+
+    def _duplicate(self, message_id: str, offset: int, timestamp: int) -> bool:
+        s = self._s
+        if s.duplicate_cache <= 0 or s.duplicate_window <= 0:
+            return False
+        seen = self._recent.get(message_id)
+        if (
+            seen is not None
+            and seen[0] != offset
+            and abs(timestamp - seen[1]) <= (s.duplicate_window * 1000)
+        ):
+            return True
+        self._recent[message_id] = (offset, timestamp)
+        self._recent.move_to_end(message_id)
+        while len(self._recent) > s.duplicate_cache:
+            self._recent.popitem(last=False)
+        return False
+
+    async def _expire(self) -> None:
+        """Act on every deadline passed: ready again, or dead after max_deliver."""
+        now = anyio.current_time()
+        dead: list[_Entry] = []
+        while self._timed and self._timed[0][0] <= now:
+            _, o, token = heapq.heappop(self._timed)
+            entry = self._entries.get(o)
+            if entry is None or entry.token != token or entry.busy:
+                continue  # settled, superseded, or being terminated
+            entry.inflight = False
+            entry.token += 1
+            if self._ledger.count(o) >= self._s.max_deliver:
+                entry.busy = True
+                dead.append(entry)
+            else:
+                heapq.heappush(self._ready, o)
+        for entry in dead:
+            await self._dead_letter(entry, "max_deliver")
+
+    def _take_ready(self, n: int) -> list[Delivery]:
+        out: list[Delivery] = []
+        now = anyio.current_time()
+        while self._ready and len(out) < n:
+            o = heapq.heappop(self._ready)
+            entry = self._entries.get(o)
+            if entry is None or entry.inflight or entry.busy:
+                continue
+            entry.attempt = self._ledger.delivered(o)
+            if self._s.track_deliveries:
+                self._version += 1
+            entry.token += 1
+            entry.inflight = True
+            entry.due = now + self._s.ack_wait
+            heapq.heappush(self._timed, (entry.due, o, entry.token))
+            out.append(KafkaDelivery(self, entry))
+        return out
+
+    async def _dead_letter(self, entry: _Entry, reason: DeadLetterReason) -> None:
+        """Copy a record out of deliveries to the dead-letter topic and settle it; when the
+        copy fails, try again after ack_wait."""
+        attempts = self._ledger.count(entry.offset)
+        source = f"{self._s.topic}/{self.partition}/{entry.offset}"
+        try:
+            await self._dead.store(entry.envelope, reason, attempts, source)
+        except PublishError as exc:
+            log.error("partition %d: %s; retried after ack_wait", self.partition, exc)
+            entry.busy = False
+            entry.token += 1
+            entry.due = anyio.current_time() + self._s.ack_wait
+            heapq.heappush(self._timed, (entry.due, entry.offset, entry.token))
+            return
+        self._settle(entry)
+        await self._dead.notify(entry.envelope, reason, attempts)
+
+    # -- settlement (called by KafkaDelivery) -------------------------------------------
+
+    def _holds(self, entry: _Entry, token: int) -> bool:
+        return (
+            not self._closed
+            and self._entries.get(entry.offset) is entry
+            and entry.token == token
+            and entry.inflight
+            and not entry.busy
+        )
+
+    def _settle(self, entry: _Entry) -> None:
+        self._entries.pop(entry.offset, None)
+        entry.inflight = False
+        entry.busy = False
+        entry.token += 1
+        self._ledger.settle(entry.offset)
+        self._version += 1
+
+    def _ack(self, entry: _Entry, token: int) -> None:
+        if self._holds(entry, token):
+            self._settle(entry)
+
+    def _nak(self, entry: _Entry, token: int, delay: float) -> None:
+        if not self._holds(entry, token):
+            return
+        entry.inflight = False
+        entry.token += 1
+        entry.due = anyio.current_time() + max(delay, 0.0)
+        heapq.heappush(self._timed, (entry.due, entry.offset, entry.token))
+        self._poke()
+
+    async def _term(self, entry: _Entry, token: int) -> None:
+        if not self._holds(entry, token):
+            await anyio.lowlevel.checkpoint()
+            return
+        entry.busy = True
+        attempts = entry.attempt
+        source = f"{self._s.topic}/{self.partition}/{entry.offset}"
+        try:
+            await self._dead.store(entry.envelope, "term", attempts, source)
+        except BaseException:
+            entry.busy = False
+            if entry.due <= anyio.current_time():  # its deadline passed while busy
+                heapq.heappush(self._timed, (entry.due, entry.offset, entry.token))
+            raise
+        self._settle(entry)
+        try:
+            await self._sync()
+        except TimeoutError as exc:
+            log.warning("partition %d: commit after term not confirmed: %s", self.partition, exc)
+        await self._dead.notify(entry.envelope, "term", attempts)
+
+    # -- commits -----------------------------------------------------------------------
+
+    async def _sync(self, *, force: bool = False) -> None:
+        """Commit the ledger unless a confirmed commit already carries every change made
+        before this call (a group commit). ``TimeoutError`` when not confirmed in time."""
+        want = self._version
+        if self._synced >= want and not force:
+            await anyio.lowlevel.checkpoint()
+            return
+        # One turn of the event loop first: acks started together (a batch) all mark
+        # their offsets before the first of them snapshots the ledger, so one commit
+        # carries the whole batch.
+        await anyio.lowlevel.checkpoint()
+        async with self._commit_lock:
+            if self._synced >= want and not force:
+                return
+            version = self._version
+            ledger = self._ledger
+            state = (ledger.base, ledger.metadata())
+            if ledger.truncated and not self._warned_truncated:
+                self._warned_truncated = True
+                log.warning(
+                    "partition %d: too many out-of-order settlements for the commit "
+                    "metadata; some acked messages may be redelivered after a handoff",
+                    self.partition,
+                )
+            if state != self._last_commit:
+                try:
+                    with anyio.fail_after(self._s.request_timeout):
+                        await self._consumer.commit({self._tp: state})
+                except (KafkaError, TimeoutError, ConsumerStoppedError) as exc:
+                    raise TimeoutError(
+                        f"commit of partition {self.partition} at offset {state[0]} "
+                        f"not confirmed: {exc!r}"
+                    ) from exc
+                self._last_commit = state
+            self._synced = max(self._synced, version)
+
+    async def _sync_quietly(self) -> None:
+        try:
+            await self._sync()
+        except TimeoutError as exc:
+            log.warning("%s (retried with the next settlement)", exc)
+
+    # -- close -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Commit what is settled (and the delivery counts), stop the consumer. The next
+        open() of the partition resumes from this commit; unsettled records come back to
+        it at once (with their attempt counted). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._on_close(self)
+        self._poke()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._s.close_timeout) as scope:
+            try:
+                await self._sync(force=True)
+            except TimeoutError as exc:
+                log.warning("closing partition %d: %s", self.partition, exc)
+            await stop_quietly(
+                self._consumer, "stop", scope, f"consumer of partition {self.partition}"
+            )

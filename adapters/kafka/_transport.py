@@ -1,0 +1,391 @@
+"""``KafkaTransport``: the Transport port on Apache Kafka (see the package docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from adapters.kafka._admin import committed, ensure_topics
+from adapters.kafka._aiokafka import (
+    AIOKafkaAdminClient,
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    KafkaError,
+    TopicPartition,
+    stop_quietly,
+)
+from adapters.kafka._codec import Encoded, encode
+from adapters.kafka._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
+from adapters.kafka._ledger import Ledger
+from adapters.kafka._settings import KafkaSettings
+from adapters.kafka._subscription import KafkaSubscription
+from core.errors import PublishError
+from core.messages import Envelope, is_valid_project_id
+from core.model import Partition
+from core.partitioning import partition_for
+from core.ports import Subscription
+
+__all__ = ["KafkaTransport", "kafka_partitioner"]
+
+log = logging.getLogger("shoal.adapters.kafka")
+
+T = TypeVar("T")
+
+
+def kafka_partitioner(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """aiokafka partitioner: ``core.partitioning.partition_for`` of the key (the project id),
+    so a record sent without an explicit partition lands where shoal would put it."""
+    if key is None:
+        return all_partitions[0]
+    return all_partitions[partition_for(key.decode("utf-8", "replace"), len(all_partitions))]
+
+
+class KafkaTransport:
+    """The Transport port on Kafka.
+
+    ``async with KafkaTransport(settings) as t:`` connects (bounded by ``connect_timeout``),
+    creates the topics when missing and checks the data topic's partition count, and
+    starts the producer; leaving closes the open subscriptions (each commits), flushes the
+    producer (bounded by ``close_timeout``) and disconnects. aiokafka reconnects by itself;
+    every broker call is bounded by a timeout. ``dead_letter`` is awaited once per dead
+    letter (see ``_dead_letter``).
+    """
+
+    def __init__(
+        self, settings: KafkaSettings | None = None, *, dead_letter: DeadLetterHook | None = None
+    ) -> None:
+        self.settings = settings or KafkaSettings()
+        self._hook = dead_letter or log_dead_letter
+        self._admin: Any = None
+        self._producer: Any = None
+        self._probe: Any = None  # a group-less consumer for end/beginning offsets
+        self._dead: DeadLetters | None = None
+        self._subscriptions: set[KafkaSubscription] = set()
+        self._stored: OrderedDict[str, float] = OrderedDict()  # message id -> stored at
+        self._coordinators: dict[str, int] = {}  # group id -> its coordinator's node id
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        s = self.settings
+        try:
+            with anyio.fail_after(s.connect_timeout):
+                await self._start()
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, TimeoutError):
+                raise TimeoutError(
+                    f"Kafka at {s.bootstrap} not ready within {s.connect_timeout} s"
+                ) from None
+            if isinstance(exc, KafkaError):
+                raise ConnectionError(f"Kafka at {s.bootstrap}: {exc!r}") from exc
+            raise
+        return self
+
+    async def _start(self) -> None:
+        s = self.settings
+        common: dict[str, Any] = {
+            "bootstrap_servers": list(s.bootstrap_servers),
+            "request_timeout_ms": s.ms(s.request_timeout),
+            "retry_backoff_ms": s.ms(s.retry_backoff),
+        }
+        self._admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **common)
+        await self._admin.start()
+        await ensure_topics(self._admin, s)
+        self._producer = AIOKafkaProducer(
+            client_id=s.client_id,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=s.ms(s.linger) if s.linger else 0,
+            max_batch_size=s.max_batch_bytes,
+            partitioner=kafka_partitioner,
+            **common,
+        )
+        await self._producer.start()
+        self._probe = AIOKafkaConsumer(
+            client_id=f"{s.client_id}-probe", group_id=None, enable_auto_commit=False, **common
+        )
+        await self._probe.start()
+        self._dead = DeadLetters(self._producer, s, self._hook)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the subscriptions (each commits), disconnect the admin and probe clients,
+        then flush and stop the producer, each bounded by ``close_timeout``. Idempotent.
+
+        A producer that cannot flush in time (the broker is gone) is abandoned: messages
+        not confirmed by then were reported to publish() as not confirmed already."""
+        admin, producer, probe = self._admin, self._producer, self._probe
+        self._admin = self._producer = self._probe = self._dead = None
+        with anyio.CancelScope(shield=True):
+            for sub in list(self._subscriptions):
+                await sub.close()
+            for name, client, stop in (
+                ("probe consumer", probe, "stop"),
+                ("admin client", admin, "close"),
+                ("producer", producer, "stop"),
+            ):
+                if client is None:
+                    continue
+                with anyio.move_on_after(self.settings.close_timeout) as scope:
+                    await stop_quietly(client, stop, scope, f"Kafka {name}")
+                if scope.cancelled_caught:
+                    log.warning(
+                        "the Kafka %s did not stop within %s s", name, self.settings.close_timeout
+                    )
+                    if client is producer:
+                        await _abandon(producer)
+
+    @property
+    def dead_letters(self) -> int:
+        """How many dead letters this transport has handled since it was entered."""
+        return self._dead.count if self._dead else 0
+
+    # -- the port --------------------------------------------------------------------
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        """Send every envelope to its partition (``envelope.partition``: the same number as
+        on NATS) and return once Kafka confirmed all of them (acks=all, idempotent
+        producer); at most ``max_pending_sends`` unconfirmed at a time.
+
+        Kafka does not de-duplicate by message id (idempotence covers the producer's own
+        retries only): message ids this transport stored within ``duplicate_window`` are
+        not sent again, and subscriptions skip a copy that still got in (see
+        ``_subscription``). Raises ``ValueError`` before sending anything when an envelope
+        cannot be encoded, ``PublishError`` naming how many were not confirmed within
+        ``publish_timeout`` (those may still be stored: retry with the same ids).
+        """
+        if not envelopes:
+            return
+        producer = self._started(self._producer)
+        s = self.settings
+        encoded = [encode(e, s.partitions) for e in envelopes]
+        now = anyio.current_time()
+        self._forget_stored(now)
+        todo: dict[str, Encoded] = {}
+        for e, enc in zip(envelopes, encoded, strict=True):
+            if e.message_id not in self._stored and e.message_id not in todo:
+                todo[e.message_id] = enc
+        if not todo:
+            await anyio.lowlevel.checkpoint()
+            return
+        total = len(envelopes)
+        futures: dict[asyncio.Future[Any], str] = {}
+        pending: set[asyncio.Future[Any]] = set()
+        error: BaseException | None = None
+        sent = 0
+        try:
+            with anyio.move_on_after(s.publish_timeout):
+                for message_id, enc in todo.items():
+                    if len(pending) >= s.max_pending_sends:
+                        _, pending = await asyncio.wait(
+                            pending, return_when=asyncio.FIRST_COMPLETED
+                        )
+                    fut = await producer.send(
+                        s.topic,
+                        enc.value,
+                        key=enc.key,
+                        partition=enc.partition,
+                        headers=enc.headers,
+                    )
+                    futures[fut] = message_id
+                    pending.add(fut)
+                    sent += 1
+                if pending:
+                    await asyncio.wait(pending)
+        except KafkaError as exc:
+            error = exc
+        finally:
+            for fut in futures:
+                if not fut.done():
+                    fut.cancel()  # does not stop the send; only our wait for it
+        failed = len(todo) - sent
+        stored_at = anyio.current_time()
+        for fut, message_id in futures.items():
+            if fut.cancelled():
+                failed += 1
+            elif (failure := fut.exception()) is not None:
+                failed += 1
+                error = error or failure
+            else:
+                self._stored[message_id] = stored_at
+        self._trim_stored()
+        if failed:
+            reason = f"{error!r}" if error else f"no confirmation within {s.publish_timeout} s"
+            raise PublishError(
+                f"{failed} of {total} messages not confirmed by topic {s.topic}: {reason}"
+            )
+
+    async def open(self, partition: Partition, consumer_id: str) -> Subscription:
+        """Subscribe to ``partition``: a consumer that ``assign()``s exactly it, starting at
+        the committed offset (group ``offsets_group_id``) or the earliest one. Broker
+        errors raise ``ConnectionError``, an unanswered broker ``TimeoutError``."""
+        s = self.settings
+        dead = self._started(self._dead)
+        self._check_partition(partition)
+        tp = TopicPartition(s.topic, partition)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=list(s.bootstrap_servers),
+            client_id=f"{s.client_id}-{consumer_id}-p{partition}",
+            group_id=s.offsets_group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            request_timeout_ms=s.ms(s.request_timeout),
+            retry_backoff_ms=s.ms(s.retry_backoff),
+            fetch_max_bytes=s.fetch_max_bytes,
+            max_partition_fetch_bytes=s.fetch_max_bytes,
+            max_poll_records=s.max_ack_pending,
+        )
+        try:
+            with anyio.fail_after(s.connect_timeout):
+                await consumer.start()
+                base, metadata = await self._committed(partition, check_start=True)
+                consumer.assign([tp])
+                consumer.seek(tp, base)  # never the consumer's own committed-offset lookup
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(s.close_timeout) as scope:
+                await stop_quietly(consumer, "stop", scope, "consumer")
+            if isinstance(exc, KafkaError):
+                raise ConnectionError(f"Kafka: opening partition {partition}: {exc!r}") from exc
+            raise
+        log.debug("partition %d opened by %s at offset %d", partition, consumer_id, base)
+        sub = KafkaSubscription(
+            partition,
+            consumer_id,
+            consumer=consumer,
+            tp=tp,
+            ledger=Ledger.restore(base, metadata),
+            settings=s,
+            dead=dead,
+            on_close=self._subscriptions.discard,
+        )
+        self._subscriptions.add(sub)
+        return sub
+
+    async def backlog(self, partition: Partition) -> int:
+        """Stored messages not settled yet: the end offset minus the committed offset (the
+        earliest offset before any commit), minus those settled out of order above it.
+        Broker errors raise ``ConnectionError``, an unanswered broker ``TimeoutError``."""
+        s = self.settings
+        probe = self._started(self._probe)
+        self._check_partition(partition)
+        tp = TopicPartition(s.topic, partition)
+        try:
+            with anyio.fail_after(s.request_timeout):
+                end = int((await probe.end_offsets([tp]))[tp])
+            base, metadata = await self._committed(partition, check_start=False)
+        except KafkaError as exc:
+            raise ConnectionError(f"Kafka: backlog of partition {partition}: {exc!r}") from exc
+        ledger = Ledger.restore(base, metadata)
+        above = sum(1 for o in ledger.settled if o < end)
+        return max(end - base - above, 0)
+
+    async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
+        """Send ``{"project", "partition", "handler"}`` to the registration topic (key: the
+        project id). Best effort: not awaited until stored; a failure is logged."""
+        if not is_valid_project_id(project_id):
+            raise ValueError(f"project_id {project_id!r} is not one safe subject token")
+        producer = self._started(self._producer)
+        s = self.settings
+        body = json.dumps({"project": project_id, "partition": partition, "handler": by})
+        try:
+            with anyio.fail_after(s.request_timeout):
+                fut = await producer.send(
+                    s.registration_topic, body.encode(), key=project_id.encode()
+                )
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("registration reply for %s not sent: %r", project_id, exc)
+            return
+        fut.add_done_callback(_log_failure)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    async def _committed(self, partition: Partition, *, check_start: bool) -> tuple[int, str]:
+        """(offset, metadata) committed for ``partition``; before any commit (or, with
+        ``check_start``, when the commit is below the log start: retention deleted those
+        records) the earliest offset still in the log and no metadata."""
+        s = self.settings
+        admin, probe = self._started(self._admin), self._started(self._probe)
+        got = await committed(
+            admin,
+            s.offsets_group_id,
+            s.topic,
+            [partition],
+            within=s.request_timeout,
+            backoff=s.retry_backoff,
+            coordinators=self._coordinators,
+        )
+        if partition in got and not check_start:
+            return got[partition]
+        tp = TopicPartition(s.topic, partition)
+        with anyio.fail_after(s.request_timeout):
+            start = int((await probe.beginning_offsets([tp]))[tp])
+        if partition in got:
+            offset, metadata = got[partition]
+            if offset >= start:
+                return offset, metadata
+            log.warning(
+                "partition %d: committed offset %d is below the log start %d "
+                "(deleted by retention); starting at %d",
+                partition,
+                offset,
+                start,
+                start,
+            )
+        return start, ""
+
+    def _check_partition(self, partition: Partition) -> None:
+        if not 0 <= partition < self.settings.partitions:
+            raise ValueError(f"partition {partition} is outside 0..{self.settings.partitions - 1}")
+
+    def _forget_stored(self, now: float) -> None:
+        horizon = now - self.settings.duplicate_window
+        stored = self._stored
+        while stored and next(iter(stored.values())) < horizon:
+            stored.popitem(last=False)
+
+    def _trim_stored(self) -> None:
+        while len(self._stored) > self.settings.duplicate_cache:
+            self._stored.popitem(last=False)
+
+    def _started(self, thing: T | None) -> T:
+        if thing is None:
+            raise RuntimeError("KafkaTransport is not entered (use 'async with')")
+        return thing
+
+
+async def _abandon(producer: Any) -> None:
+    """Stop a producer that could not flush: cancel its sender, close its connections.
+
+    aiokafka's ``stop()`` first waits for every buffered batch to be delivered or to
+    expire; cut short, it leaves the sender task and the connections open (they then
+    warn "Unclosed AIOKafkaConnection" when collected). ``_sender`` is private: aiokafka
+    is pinned."""
+    with anyio.move_on_after(1.0):
+        sender = getattr(producer, "_sender", None)
+        try:
+            if sender is not None:
+                await sender.close()
+            await producer.client.close()
+        except Exception as exc:
+            log.debug("abandoning the Kafka producer: %r", exc)
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and (exc := fut.exception()) is not None:
+        log.warning("registration reply not stored: %r", exc)

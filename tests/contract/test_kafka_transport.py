@@ -1,0 +1,281 @@
+"""The Transport contract on ``KafkaTransport`` against a real Kafka broker (KRaft)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+
+import anyio
+import anyio.to_thread
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped, unused-ignore]
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, unused-ignore]
+
+from adapters.kafka import KafkaSettings, KafkaTransport
+from adapters.kafka._ledger import Ledger
+from core.errors import PublishError
+from infra.local._testservers import ServerInfo
+from tests.contract._transport import (
+    ACK_WAIT,
+    MAX_DELIVER,
+    ClosableTransport,
+    DeadLetterLog,
+    Features,
+    TransportContract,
+    TransportFactory,
+    envelope,
+    fetch_n,
+    fetch_none,
+)
+
+PARTITIONS = 16  # the contract uses partitions 0..12
+
+
+# -- the ledger (pure: per-message settlement over one committed offset) ----------------------
+
+
+def test_ledger_commit_point_moves_over_contiguous_settlements_only() -> None:
+    ledger = Ledger(10)
+    assert [ledger.delivered(o) for o in (10, 11, 12, 13)] == [1, 1, 1, 1]
+    ledger.settle(11)
+    ledger.settle(13)
+    assert (ledger.base, ledger.settled) == (10, {11, 13})
+    ledger.settle(10)
+    assert (ledger.base, ledger.settled) == (12, {13})
+
+
+def test_ledger_round_trips_through_commit_metadata() -> None:
+    ledger = Ledger(100)
+    for o in range(100, 110):
+        ledger.delivered(o)
+    ledger.delivered(103)  # a redelivery
+    for o in (101, 102, 105, 106, 107):
+        ledger.settle(o)
+    restored = Ledger.restore(ledger.base, ledger.metadata())
+    assert restored.base == 100
+    assert restored.settled == {101, 102, 105, 106, 107}
+    assert [restored.count(o) for o in (100, 103, 104, 109, 110)] == [1, 2, 1, 1, 0]
+    assert restored.delivered(103) == 3
+
+
+def test_ledger_metadata_stays_under_the_limit_by_dropping_out_of_order_acks_first() -> None:
+    ledger = Ledger(0)
+    for o in range(5000):
+        ledger.delivered(o)
+        ledger.delivered(o)
+    for o in range(1, 5000, 2):
+        ledger.settle(o)
+    text = ledger.metadata(limit=2000)
+    assert len(text) <= 2000 and ledger.truncated
+    restored = Ledger.restore(0, text)
+    assert restored.settled == set()  # those acked messages would be redelivered
+    assert restored.count(0) == 2
+
+
+def test_ledger_ignores_metadata_it_did_not_write() -> None:
+    assert Ledger.restore(7, "something else").base == 7
+    assert Ledger.restore(7, "").count(7) == 0
+
+
+async def read_topic(bootstrap: str, topic: str, n: int, limit: float = 15.0) -> list[object]:
+    """The first ``n`` records of partition 0 of ``topic``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        got: list[object] = []
+        with anyio.fail_after(limit):
+            while len(got) < n:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                got.extend(batch.get(tp, []))
+        return got
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.kafka
+class TestKafkaTransport(TransportContract):
+    features = Features(persistent=True)
+
+    @pytest.fixture
+    async def settings(self, kafka_server: ServerInfo) -> AsyncIterator[KafkaSettings]:
+        tag = uuid.uuid4().hex[:10]  # topics and an offsets group of their own per test
+        settings = KafkaSettings(
+            bootstrap_servers=tuple(kafka_server.endpoints),
+            group=f"t{tag}",
+            topic=f"t{tag}.data",
+            dead_letter_topic=f"t{tag}.dlq",
+            registration_topic=f"t{tag}.reg",
+            partitions=PARTITIONS,
+            ack_wait=ACK_WAIT,
+            max_deliver=MAX_DELIVER,
+            retry_backoff=0.1,
+        )
+        yield settings
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_server.endpoint)
+        await admin.start()
+        try:
+            with anyio.move_on_after(10):
+                await admin.delete_topics(
+                    [settings.topic, settings.dead_letter_topic, settings.registration_topic]
+                )
+        finally:
+            await admin.close()
+
+    @pytest.fixture
+    def make_transport(self, settings: KafkaSettings) -> TransportFactory:
+        def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
+            return KafkaTransport(settings, dead_letter=dead)
+
+        return make
+
+    @pytest.fixture
+    def crash_and_restart(self, kafka_server: ServerInfo) -> Callable[[], Awaitable[None]]:
+        async def crash() -> None:
+            if kafka_server.process is None:
+                pytest.skip("the Kafka broker is not a local process")
+            process, pid = kafka_server.process, kafka_server.process.pid
+            process.kill()
+            await anyio.to_thread.run_sync(process.restart)
+            assert process.pid != pid
+
+        return crash
+
+    # -- Kafka specifics -------------------------------------------------------------------
+
+    async def test_publish_lands_in_the_envelope_partition_with_headers_and_key(
+        self, transport: ClosableTransport, settings: KafkaSettings
+    ) -> None:
+        e = envelope(9, "projA", 3, payload=b'{"t": 1}')
+        await transport.publish([e])
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition(settings.topic, 9)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            with anyio.fail_after(10):
+                records: list[object] = []
+                while not records:
+                    records = (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
+        finally:
+            await consumer.stop()
+        (r,) = records
+        assert r.key == b"projA" and r.value == b'{"t": 1}'  # type: ignore[attr-defined]
+        headers = dict(r.headers)  # type: ignore[attr-defined]
+        assert headers["Shoal-Msg-Id"] == e.message_id.encode()
+        assert headers["Shoal-Gateway"] == "gw 1/ü".encode()
+
+    async def test_enter_fails_clearly_when_the_topic_has_another_partition_count(
+        self, settings: KafkaSettings
+    ) -> None:
+        async with KafkaTransport(settings):
+            pass  # creates the topic with PARTITIONS partitions
+        wrong = settings.model_copy(update={"partitions": PARTITIONS * 2})
+        with pytest.raises(ValueError, match=r"has 16 partitions but shoal is configured for 32"):
+            async with KafkaTransport(wrong):
+                pass
+
+    async def test_open_resumes_after_out_of_order_acks_when_a_subscription_closed(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(3, "a", i) for i in range(1, 6)]
+        await transport.publish(sent)
+        old = await transport.open(3, "h1")
+        got = await fetch_n(old, 5)
+        for d in (got[0], got[2], got[4]):  # 2nd and 4th stay unsettled
+            await d.ack()
+        assert await transport.backlog(3) == 2
+        await old.close()
+        new = await transport.open(3, "h2")
+        again = await fetch_n(new, 2)
+        assert [d.envelope for d in again] == [sent[1], sent[3]]
+        assert [d.attempt for d in again] == [2, 2]
+        for d in again:
+            await d.ack()
+        await fetch_none(new, 0.3)
+        assert await transport.backlog(3) == 0
+
+    async def test_an_open_subscription_keeps_working_when_the_broker_is_killed_and_restarted(
+        self, transport: ClosableTransport, crash_and_restart: Callable[[], Awaitable[None]]
+    ) -> None:
+        first = [envelope(8, "a", i) for i in range(1, 11)]
+        await transport.publish(first)
+        sub = await transport.open(8, "h1")
+        got = await fetch_n(sub, 10)
+        for d in got[:5]:
+            await d.ack()
+        await crash_and_restart()
+        for d in got[5:]:  # commits after the restart (aiokafka reconnects)
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        await d.ack()
+                        break
+                    except TimeoutError:
+                        await anyio.sleep(0.5)
+        second = [envelope(8, "a", i) for i in range(11, 16)]
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    await transport.publish(second)
+                    break
+                except PublishError:
+                    await anyio.sleep(0.5)
+        again = await fetch_n(sub, 5, limit=30)
+        assert [d.envelope for d in again] == second
+        for d in again:
+            await d.ack()
+        assert await transport.backlog(8) == 0
+
+    async def test_dead_letters_are_copied_to_the_dead_letter_topic(
+        self, transport: ClosableTransport, settings: KafkaSettings, dead: DeadLetterLog
+    ) -> None:
+        doomed, termed = envelope(0, "projA", 1), envelope(0, "projB", 2)
+        await transport.publish([doomed, termed])
+        sub = await transport.open(0, "h1")
+        with anyio.fail_after(15):
+            while len(dead.items) < 2:
+                for d in await sub.fetch(10, 0.3):
+                    if d.envelope == termed:
+                        await d.term()
+        assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "term"]
+        assert await transport.backlog(0) == 0
+        records = await read_topic(settings.bootstrap, settings.dead_letter_topic, 2)
+        by_id = {dict(r.headers)["Shoal-Msg-Id"].decode(): r for r in records}  # type: ignore[attr-defined]
+        r = by_id[doomed.message_id]
+        assert r.value == doomed.payload  # type: ignore[attr-defined]
+        assert dict(r.headers)["Shoal-Dead-Reason"] == b"max_deliver"  # type: ignore[attr-defined]
+        assert dict(r.headers)["Shoal-Dead-Attempts"] == str(MAX_DELIVER).encode()  # type: ignore[attr-defined]
+
+    async def test_reply_registration_is_a_record_on_the_registration_topic(
+        self, transport: ClosableTransport, settings: KafkaSettings
+    ) -> None:
+        await transport.reply_registration(3, "projA", "h1")
+        (r,) = await read_topic(settings.bootstrap, settings.registration_topic, 1)
+        assert r.key == b"projA"  # type: ignore[attr-defined]
+        assert json.loads(r.value) == {"project": "projA", "partition": 3, "handler": "h1"}  # type: ignore[attr-defined]
+        assert await transport.backlog(3) == 0  # not on the data topic
+
+    async def test_publish_raises_publish_error_naming_the_count_when_the_topic_is_gone(
+        self, settings: KafkaSettings
+    ) -> None:
+        short = settings.model_copy(update={"publish_timeout": 3.0, "close_timeout": 1.0})
+        async with KafkaTransport(short) as transport:
+            admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+            await admin.start()
+            try:
+                await admin.delete_topics([settings.topic])
+                with anyio.fail_after(10):  # until the broker applied the deletion
+                    while True:
+                        if settings.topic not in await admin.list_topics():
+                            break
+                        await anyio.sleep(0.1)
+            finally:
+                await admin.close()
+            with anyio.fail_after(15), pytest.raises(PublishError, match=r"^3 of 3 messages"):
+                await transport.publish([envelope(0, sequence=i) for i in range(1, 4)])
