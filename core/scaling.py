@@ -89,7 +89,8 @@ class ScalingSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ScalingDecision:
-    """One step: ``delta`` in {-1, 0, +1} and ``target = replicas + delta``.
+    """One step: ``target = replicas + delta``; ``delta`` is -1, 0 or +1, except when
+    restoring a bound (``below-min``, ``above-max``), which moves straight to it.
 
     ``rule`` is a short stable code (for metrics and tests): ``cooldown``,
     ``below-min``, ``above-max``, ``no-handlers``, ``cpu``, ``projects``, ``lag``,
@@ -136,9 +137,11 @@ def decide(
     same clock as ``now``, which should be monotonic) of the last scaling action, or
     None if there was none. The first rule that applies wins:
 
-    1. cooldown: less than ``cooldown_seconds`` since the last action -> hold (the
+    1. ``replicas`` below ``min_replicas`` -> straight to ``min_replicas``; above
+       ``max_replicas`` -> straight to ``max_replicas``. Bounds are hard limits, like a
+       Deployment's (and the HPA's): they are restored at once, cooldown or not.
+    2. cooldown: less than ``cooldown_seconds`` since the last action -> hold (the
        reference skips evaluation altogether during its cooldown).
-    2. ``replicas`` below ``min_replicas`` -> +1; above ``max_replicas`` -> -1.
     3. no handler reports -> hold (nothing to judge load by).
     4. any handler's cpu >= ``cpu_max_usage`` -> +1.
     5. average project_count per reporting handler > ``max_project_count`` -> +1.
@@ -160,6 +163,20 @@ def decide(
         raise ValueError(f"replicas must be >= 0, got {replicas}")
     s = settings
 
+    if replicas < s.min_replicas:
+        return _step(
+            replicas,
+            s.min_replicas - replicas,
+            "below-min",
+            f"scale up: replicas {replicas} < min_replicas {s.min_replicas}",
+        )
+    if replicas > s.max_replicas:
+        return _step(
+            replicas,
+            s.max_replicas - replicas,
+            "above-max",
+            f"scale down: replicas {replicas} > max_replicas {s.max_replicas}",
+        )
     if last_action_at is not None and now - last_action_at < s.cooldown_seconds:
         left = math.ceil(s.cooldown_seconds - (now - last_action_at))
         return _step(
@@ -167,20 +184,6 @@ def decide(
             0,
             "cooldown",
             f"hold: cooldown, {left} s left of {s.cooldown_seconds:g} s after the last action",
-        )
-    if replicas < s.min_replicas:
-        return _step(
-            replicas,
-            +1,
-            "below-min",
-            f"scale up: replicas {replicas} < min_replicas {s.min_replicas}",
-        )
-    if replicas > s.max_replicas:
-        return _step(
-            replicas,
-            -1,
-            "above-max",
-            f"scale down: replicas {replicas} > max_replicas {s.max_replicas}",
         )
     if not snapshot.handlers:
         return _step(

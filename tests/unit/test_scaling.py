@@ -148,14 +148,19 @@ def test_scale_up_toward_min_when_below_min_replicas() -> None:
     assert decision.reason == "scale up: replicas 1 < min_replicas 2"
 
 
-def test_scale_up_toward_min_when_no_handler_reports_and_replicas_zero() -> None:
+def test_scale_straight_to_min_when_no_handler_reports_and_replicas_zero() -> None:
     decision = _decide(ScalingSnapshot(handlers={}), 0)
-    assert (decision.delta, decision.rule) == (+1, "below-min")
+    assert (decision.delta, decision.target, decision.rule) == (+2, 2, "below-min")
 
 
-def test_scale_down_toward_max_when_above_max_replicas() -> None:
+def test_bounds_are_restored_during_cooldown_when_replicas_fall_below_min() -> None:
+    decision = decide(ScalingSnapshot(handlers={}), 1, NOW - 5, NOW, ScalingSettings())
+    assert (decision.target, decision.rule) == (2, "below-min")
+
+
+def test_scale_straight_to_max_when_above_max_replicas() -> None:
     decision = _decide(_snapshot((99.0, 100)), 12)
-    assert (decision.delta, decision.target, decision.rule) == (-1, 11, "above-max")
+    assert (decision.delta, decision.target, decision.rule) == (-2, 10, "above-max")
     assert decision.reason == "scale down: replicas 12 > max_replicas 10"
 
 
@@ -298,7 +303,7 @@ _stats = st.builds(
     total_lag=st.none() | st.integers(min_value=0, max_value=20_000),
     since=st.none() | st.floats(min_value=0, max_value=2_000),
 )
-def test_decision_steps_once_toward_bounds_when_inputs_are_arbitrary(
+def test_decision_steps_once_or_restores_a_bound_when_inputs_are_arbitrary(
     settings: ScalingSettings,
     replicas: int,
     handlers: dict[str, MemberStats],
@@ -307,15 +312,15 @@ def test_decision_steps_once_toward_bounds_when_inputs_are_arbitrary(
 ) -> None:
     last = None if since is None else NOW - since
     decision = decide(ScalingSnapshot(handlers, total_lag), replicas, last, NOW, settings)
-    assert decision.delta in (-1, 0, 1)
     assert decision.target == replicas + decision.delta
     assert decision.reason
-    if decision.rule == "cooldown":
-        assert decision.delta == 0
-    elif replicas < settings.min_replicas:
-        assert decision.delta == +1
+    if replicas < settings.min_replicas:
+        assert decision.target == settings.min_replicas
     elif replicas > settings.max_replicas:
-        assert decision.delta == -1
+        assert decision.target == settings.max_replicas
     else:
+        assert decision.delta in (-1, 0, 1)
         assert settings.min_replicas <= decision.target <= settings.max_replicas
+        if decision.rule == "cooldown":
+            assert decision.delta == 0
     assert (decision.delta != 0) == decision.reason.startswith("scale")
