@@ -1,0 +1,323 @@
+"""``shoal status``: who leads, which handler owns each partition, lag and rates.
+
+In the manner of ``kafka-consumer-groups --describe``: it reads the leader's ``GET /status``
+document (any leader replica serves it, active or standby) and prints tables, or with
+``--json`` one object ``{"leader", "members", "partitions"}``.
+
+Without ``--url`` it finds the stack that ``shoal up`` started from its state file,
+``${SHOAL_STATE_DIR:-$HOME/.local/state/shoal}/up.json``::
+
+    {"pid": 1234, "gateway": URL, "dashboard": URL, "status_urls": [URL, ...],
+     "data_dir": DIR, "started_at": ...}
+
+(a list of such objects is read too). A stack whose ``pid`` is dead is skipped; each status
+URL of a live stack is tried in turn. A URL may be the status API's root or its
+``/status`` path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = [
+    "NO_STACK",
+    "StatusUnavailableError",
+    "find_stacks",
+    "json_view",
+    "state_file",
+    "status",
+    "status_url",
+]
+
+NO_STACK = "no shoal stack is running (start one with `shoal up`)"
+UNAVAILABLE = 1
+STATE_FILE_NAME = "up.json"
+
+
+class StatusUnavailableError(Exception):
+    """No status document could be read; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One entry of the state file."""
+
+    pid: int | None
+    status_urls: tuple[str, ...]
+    dashboard: str | None
+
+
+def state_file() -> Path:
+    """``${SHOAL_STATE_DIR:-$HOME/.local/state/shoal}/up.json``."""
+    base = os.environ.get("SHOAL_STATE_DIR") or str(Path.home() / ".local" / "state" / "shoal")
+    return Path(base) / STATE_FILE_NAME
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def _stack_of(entry: object) -> Stack | None:
+    if not isinstance(entry, Mapping):
+        return None
+    pid = entry.get("pid")
+    urls = entry.get("status_urls")
+    dashboard = entry.get("dashboard")
+    return Stack(
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
+        status_urls=tuple(u for u in urls if isinstance(u, str) and u)
+        if isinstance(urls, list)
+        else (),
+        dashboard=dashboard if isinstance(dashboard, str) else None,
+    )
+
+
+def find_stacks(path: Path) -> list[Stack]:
+    """The live stacks the state file names (none when it is missing or unreadable)."""
+    try:
+        content: object = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    entries = content if isinstance(content, list) else [content]
+    stacks = [s for s in map(_stack_of, entries) if s is not None]
+    # A stack without a pid cannot be checked: try its URLs anyway.
+    return [s for s in stacks if s.pid is None or pid_alive(s.pid)]
+
+
+def status_url(url: str) -> str:
+    """``http://h:p`` and ``http://h:p/`` -> ``http://h:p/status``; ``.../status`` as is."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise StatusUnavailableError(f"{url!r} is not an http(s) URL")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/status"):
+        path += "/status"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def fetch(url: str, timeout: float) -> dict[str, Any]:
+    """GET the status document at ``url``; ``StatusUnavailableError`` says why not."""
+    target = status_url(url)
+    try:
+        response = httpx.get(target, timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
+    except httpx.HTTPError as exc:
+        raise StatusUnavailableError(f"{target}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise StatusUnavailableError(f"{target}: HTTP {response.status_code}")
+    try:
+        document = response.json()
+    except ValueError:
+        raise StatusUnavailableError(f"{target}: the answer is not JSON") from None
+    if not (
+        isinstance(document, dict)
+        and isinstance(document.get("members"), list)
+        and isinstance(document.get("partitions"), list)
+    ):
+        raise StatusUnavailableError(f"{target}: not a shoal status document")
+    return document
+
+
+def first_answer(urls: Iterable[str], timeout: float) -> tuple[str, dict[str, Any]]:
+    """The first URL that serves a status document, and the document."""
+    failures: list[str] = []
+    for url in urls:
+        try:
+            return status_url(url), fetch(url, timeout)
+        except StatusUnavailableError as exc:
+            failures.append(str(exc))
+    raise StatusUnavailableError("; ".join(failures) or "no status URL")
+
+
+def json_view(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The documented shape: ``leader``, ``members`` and ``partitions`` (each with
+    ``partition``, ``owner``, ``generation``, ``lag``; extra keys inside are kept)."""
+    return {
+        "leader": document.get("leader"),
+        "members": list(document.get("members") or []),
+        "partitions": list(document.get("partitions") or []),
+    }
+
+
+# --- tables ------------------------------------------------------------------------------
+
+
+def _number(value: object, digits: int = 1) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _owner(value: object) -> str:
+    if value is None or value in ("", []):
+        return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _leader_line(document: Mapping[str, Any], url: str) -> Text:
+    # Ids come from the document: Text, never markup.
+    line = Text()
+    leader = document.get("leader")
+    if isinstance(leader, Mapping) and leader.get("id"):
+        line.append("leader ").append(str(leader["id"]), style="bold")
+        line.append(f" term {leader.get('term', '?')}")
+    else:
+        line.append("no leader elected", style="yellow")
+    line.append(f" · generation {document.get('generation', '?')}")
+    served = document.get("served_by")
+    if isinstance(served, Mapping) and served.get("id"):
+        role = "active" if served.get("active") else "standby"
+        line.append(f" · served by {served['id']} ({role})")
+    return line.append(f" · {url}")
+
+
+def members_table(members: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="HANDLERS", title_justify="left", box=None, header_style="bold")
+    table.add_column("HANDLER")
+    for name in ("PARTITIONS", "CPU %", "RATE/s", "PROJECTS"):
+        table.add_column(name, justify="right")
+    table.add_column("LAST MESSAGE")
+    for member in members:
+        table.add_row(
+            Text(str(member.get("id", "?"))),
+            _number(member.get("partitions")),
+            _number(member.get("cpu")),
+            _number(member.get("rate")),
+            _number(member.get("project_count")),
+            Text(str(member.get("last_message_id") or "-")),
+        )
+    return table
+
+
+def partitions_table(partitions: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per partition; a RATE column when the document gives partitions a rate
+    (today it gives rates per handler only: see the HANDLERS table)."""
+    with_rate = any(isinstance(p.get("rate"), int | float) for p in partitions)
+    table = Table(title="PARTITIONS", title_justify="left", box=None, header_style="bold")
+    table.add_column("PARTITION", justify="right")
+    table.add_column("OWNER")
+    table.add_column("GENERATION", justify="right")
+    table.add_column("LAG", justify="right")
+    if with_rate:
+        table.add_column("RATE/s", justify="right")
+    table.add_column("HOLDER")
+    for entry in partitions:
+        owner, holder = _owner(entry.get("owner")), _owner(entry.get("holder"))
+        moving = holder not in (owner, "-")
+        cells: list[str | Text] = [
+            _number(entry.get("partition")),
+            Text(owner),
+            _number(entry.get("generation")),
+            _number(entry.get("lag")),
+        ]
+        if with_rate:
+            cells.append(_number(entry.get("rate")))
+        cells.append(Text(f"{holder} (handoff)", style="yellow") if moving else Text(holder))
+        table.add_row(*cells)
+    return table
+
+
+def _totals(document: Mapping[str, Any]) -> str:
+    members = [m for m in document.get("members") or [] if isinstance(m, Mapping)]
+    partitions = [p for p in document.get("partitions") or [] if isinstance(p, Mapping)]
+    rate = sum(float(m["rate"]) for m in members if isinstance(m.get("rate"), int | float))
+    lags = [int(p["lag"]) for p in partitions if isinstance(p.get("lag"), int)]
+    unowned = sum(1 for p in partitions if _owner(p.get("owner")) == "-")
+    lag = f"{sum(lags):,}" if lags else "unknown"
+    return (
+        f"{len(members)} handlers · {len(partitions)} partitions ({unowned} without owner)"
+        f" · throughput {rate:,.1f} msg/s · total lag {lag}"
+    )
+
+
+def _scaling_line(document: Mapping[str, Any]) -> str | None:
+    scaling = document.get("scaling")
+    decisions: object = None
+    if isinstance(scaling, list):
+        decisions = scaling
+    elif isinstance(scaling, Mapping):
+        decisions = scaling.get("decisions") or scaling.get("history")
+        if not decisions and isinstance(scaling.get("last"), Mapping):
+            decisions = [scaling["last"]]
+    if not isinstance(decisions, list) or not decisions or not isinstance(decisions[0], Mapping):
+        return None
+    last = decisions[0]
+    return f"last scaling decision: {last.get('reason') or last.get('rule') or last}"
+
+
+def print_status(console: Console, document: Mapping[str, Any], url: str) -> None:
+    members = [m for m in document.get("members") or [] if isinstance(m, Mapping)]
+    partitions = [p for p in document.get("partitions") or [] if isinstance(p, Mapping)]
+    console.print(_leader_line(document, url), soft_wrap=True)
+    console.print(_totals(document), markup=False, soft_wrap=True)
+    scaling = _scaling_line(document)
+    if scaling:
+        console.print(scaling, markup=False, soft_wrap=True)
+    console.print()
+    console.print(members_table(members))
+    console.print()
+    console.print(partitions_table(partitions))
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def status(
+    *,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object: leader, members, partitions"),
+    ] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="a leader's status API (http://HOST:PORT or .../status); default: the stack "
+            "`shoal up` started (its state file under $SHOAL_STATE_DIR)",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for each status API")] = 5.0,
+) -> None:
+    """Leader and term, handlers with their stats, and owner/generation/lag per partition."""
+    try:
+        if url is not None:
+            answered, document = first_answer([url], timeout)
+        else:
+            stacks = find_stacks(state_file())
+            if not stacks:
+                typer.echo(NO_STACK, err=True)
+                raise typer.Exit(UNAVAILABLE)
+            urls = [u for stack in stacks for u in stack.status_urls]
+            if not urls:
+                typer.echo(f"error: {state_file()} names no status URL", err=True)
+                raise typer.Exit(UNAVAILABLE)
+            answered, document = first_answer(dict.fromkeys(urls), timeout)
+    except StatusUnavailableError as exc:
+        typer.echo(f"error: cannot read the status API: {exc}", err=True)
+        raise typer.Exit(UNAVAILABLE) from None
+    if as_json:
+        typer.echo(json.dumps(json_view(document)))
+        return
+    print_status(Console(highlight=False), document, answered)

@@ -1,0 +1,374 @@
+"""``shoal up``: the whole pipeline on this machine, on real servers, with a device simulator.
+
+It starts nats-server and etcd (installed by the project: ``infra/local``), two leader
+replicas whose local scaler runs the handlers (the active leader keeps the pool at
+``--handlers`` and may grow it under load), one gateway, and the device simulator. It
+prints ``gateway: URL``, ``dashboard: URL`` and ``data: DIR``, then a progress line every
+few seconds, and on Ctrl-C or SIGTERM stops everything it started within 15 s.
+
+Every child runs in its own process group behind the local scaler's launcher, so none of
+them outlives ``shoal up`` even if it is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx
+import pyarrow.parquet as pq
+from rich.console import Console
+
+from adapters.local import launch_argv
+from infra.local.servers import ServerGroup, free_port, start_etcd, start_nats
+from services.cli._status import state_file
+from services.cli.devices import LoadGenerator, LoadPlan
+
+__all__ = ["UpOptions", "run_up"]
+
+STOP_BOUND = 15.0  # everything is gone this long after Ctrl-C
+_CHILD_TERM_BOUND = 11.0  # a child's launcher SIGKILLs it this long after SIGTERM
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    projects: int = 100
+    rate: float = 200.0
+    duration: float | None = None
+    handlers: int = 3
+    data_dir: Path | None = None
+    simulator: bool = True
+    partitions: int = 128
+    gateway_port: int = 8080
+    dashboard_port: int = 8090
+
+
+@dataclass
+class _Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@dataclass
+class _Landed:
+    """Counts landed rows by reading new Parquet footers only (files are never rewritten)."""
+
+    data_dir: Path
+    seen: set[Path] = field(default_factory=set)
+    rows: int = 0
+
+    def refresh(self) -> int:
+        for path in self.data_dir.rglob("*.parquet"):
+            if path in self.seen or path.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                self.rows += pq.read_metadata(path).num_rows
+                self.seen.add(path)
+        return self.rows
+
+
+def _port(preferred: int) -> int:
+    """``preferred`` if nothing listens there, else any free loopback port."""
+    with socket.socket() as probe:
+        # As the servers bind: a port whose old connections linger in TIME_WAIT is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", preferred))
+        except OSError:
+            return free_port()
+    return preferred
+
+
+def _run_dir(options: UpOptions) -> Path:
+    if options.data_dir is not None:
+        return options.data_dir.resolve()
+    return (Path("var") / "up" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+
+
+class _Stack:
+    def __init__(self, options: UpOptions, console: Console) -> None:
+        self.options = options
+        self.console = console
+        # The landing zone is the data dir itself; logs and server state go under `_run`,
+        # which readers of the landing zone skip (pyarrow ignores `_`-prefixed paths).
+        self.data_dir = _run_dir(options)
+        self.run_dir = self.data_dir / "_run"
+        self.log_dir = self.run_dir / "logs"
+        self.children: list[_Child] = []
+        self.gateway_url = ""
+        self.status_urls: list[str] = []
+        self.servers: dict[str, str] = {}
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The parent's environment (so any SHOAL_* the user set applies), then ours."""
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+
+    def spawn(self, name: str, module: str, env: dict[str, str]) -> _Child:
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("ab") as out:
+            popen = subprocess.Popen(
+                launch_argv([sys.executable, "-m", module], stop_bound=_CHILD_TERM_BOUND),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                process_group=0,  # Ctrl-C in the terminal reaches shoal up only
+                close_fds=True,
+            )
+        child = _Child(name, popen, log_path)
+        self.children.append(child)
+        return child
+
+    def terminate_all(self) -> None:
+        for child in self.children:
+            if child.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.popen.pid, signal.SIGTERM)
+
+    async def wait_all_exited(self, within: float) -> None:
+        with anyio.move_on_after(within):
+            for child in self.children:
+                await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+        for child in self.children:
+            if child.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.popen.pid, signal.SIGKILL)
+                child.popen.wait(timeout=2)
+
+    def check_children(self) -> None:
+        for child in self.children:
+            code = child.popen.poll()
+            if code is not None:
+                tail = child.log_path.read_text(errors="replace").splitlines()[-15:]
+                raise RuntimeError(
+                    f"{child.name} exited with status {code}; last lines of {child.log_path}:\n"
+                    + "\n".join(tail)
+                )
+
+
+def _write_state(stack: _Stack, dashboard: str) -> Path:
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "pid": os.getpid(),
+        "gateway": stack.gateway_url,
+        "dashboard": dashboard,
+        "status_urls": stack.status_urls,
+        "data_dir": str(stack.data_dir),
+        "log_dir": str(stack.log_dir),
+        "servers": stack.servers,
+        "started_at": time.time(),
+    }
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2))
+    temporary.replace(path)
+    return path
+
+
+@contextlib.contextmanager
+def _state_file(stack: _Stack, dashboard: str) -> Iterator[None]:
+    path = _write_state(stack, dashboard)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()
+
+
+async def _wait_ready(client: httpx.AsyncClient, stack: _Stack) -> dict[str, Any]:
+    """Until the gateway is ready and the leader has spread the partitions over the pool."""
+    wanted = stack.options.handlers
+    while True:
+        stack.check_children()
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+            ready = await client.get(f"{stack.gateway_url}/readyz")
+            doc: dict[str, Any] = (await client.get(stack.status_urls[0])).json()
+            owners = {p["owner"] for p in doc["partitions"]}
+            if (
+                ready.status_code == 200
+                and len(doc["members"]) >= wanted
+                and None not in owners
+                and len(owners) >= min(wanted, stack.options.partitions)
+            ):
+                return doc
+        await anyio.sleep(0.25)  # other processes: polled, there is no event
+
+
+async def run_up(options: UpOptions, console: Console) -> None:
+    stack = _Stack(options, console)
+    stack.log_dir.mkdir(parents=True, exist_ok=True)
+    stop = anyio.Event()
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    stop.set()
+
+            tg.start_soon(on_signal)
+            await _serve(stack, stop)
+            tg.cancel_scope.cancel()
+
+
+async def _serve(stack: _Stack, stop: anyio.Event) -> None:
+    options, console = stack.options, stack.console
+    async with ServerGroup(stop_timeout=3) as servers:
+        nats = await servers.astart(start_nats, stack.run_dir / "nats", keep=True)
+        etcd = await servers.astart(start_etcd, stack.run_dir / "etcd", keep=True)
+        stack.servers = {"nats": nats.url, "etcd": etcd.endpoint}
+        gateway_port = _port(options.gateway_port)
+        leader_ports = [_port(options.dashboard_port)]
+        leader_ports.append(_port(leader_ports[0] + 1) if leader_ports[0] + 1 < 65536 else 0)
+        leader_ports = [p or free_port() for p in leader_ports]
+        common = {
+            "SHOAL_PARTITIONS": str(options.partitions),
+            "SHOAL_COORDINATION": "etcd",
+            "SHOAL_TRANSPORT": "nats",
+            "SHOAL_NATS_URL": nats.url,
+            "SHOAL_ETCD_ENDPOINTS": etcd.endpoint,
+            "SHOAL_HANDLER_DATA_DIR": str(stack.data_dir),
+            "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",
+        }
+        scaling = {
+            "SHOAL_SCALING_SCALER": "local",
+            "SHOAL_SCALING_MIN_REPLICAS": os.environ.get(
+                "SHOAL_SCALING_MIN_REPLICAS", str(options.handlers)
+            ),
+            "SHOAL_SCALING_MAX_REPLICAS": os.environ.get(
+                "SHOAL_SCALING_MAX_REPLICAS", str(options.handlers + 3)
+            ),
+            # A livelier demo than the reference's 30 s / 10 min; the user's env wins.
+            "SHOAL_SCALING_INTERVAL": os.environ.get("SHOAL_SCALING_INTERVAL", "10"),
+            "SHOAL_SCALING_COOLDOWN": os.environ.get("SHOAL_SCALING_COOLDOWN", "60"),
+            "SHOAL_LOCAL_LOG_DIR": str(stack.log_dir),
+            "SHOAL_LOCAL_STOP_TIMEOUT": "8",
+        }
+        peers = ",".join(f"http://127.0.0.1:{port}" for port in leader_ports)
+        for index, port in enumerate(leader_ports, start=1):
+            stack.spawn(
+                f"leader-{index}",
+                "services.leader",
+                stack.env(
+                    **common,
+                    **scaling,
+                    SHOAL_LEADER_ID=f"leader-{index}",
+                    SHOAL_LEADER_PORT=str(port),
+                    SHOAL_LEADER_PEERS=peers,
+                ),
+            )
+            stack.status_urls.append(f"http://127.0.0.1:{port}/status")
+        stack.spawn(
+            "gateway",
+            "services.gateway",
+            stack.env(
+                **common,
+                SHOAL_GATEWAY_ID="gateway-1",
+                SHOAL_GATEWAY_PORT=str(gateway_port),
+                SHOAL_GATEWAY_LEDGER_DIR=str(stack.data_dir / "_ledger"),
+            ),
+        )
+        stack.gateway_url = f"http://127.0.0.1:{gateway_port}"
+        dashboard = f"http://127.0.0.1:{leader_ports[0]}/"
+        try:
+            async with httpx.AsyncClient(timeout=3.0, trust_env=False) as client:
+                with (
+                    anyio.move_on_after(90) as starting,
+                    console.status("starting leaders, handlers and the gateway ..."),
+                ):
+                    ready = anyio.Event()
+                    async with anyio.create_task_group() as waiting:
+
+                        async def until_ready() -> None:
+                            await _wait_ready(client, stack)
+                            ready.set()
+                            waiting.cancel_scope.cancel()
+
+                        async def until_stop() -> None:
+                            await stop.wait()
+                            waiting.cancel_scope.cancel()
+
+                        waiting.start_soon(until_ready)
+                        waiting.start_soon(until_stop)
+                if starting.cancelled_caught:
+                    raise RuntimeError(
+                        f"the stack was not ready within 90 s; logs: {stack.log_dir}"
+                    )
+                if not ready.is_set():
+                    return
+                with _state_file(stack, dashboard):
+                    print(f"gateway: {stack.gateway_url}", flush=True)
+                    print(f"dashboard: {dashboard}", flush=True)
+                    print(f"data: {stack.data_dir}", flush=True)
+                    await _run(stack, stop, client)
+        finally:
+            # Children first, while the servers they drain against still run.
+            with anyio.CancelScope(shield=True):
+                console.print("stopping ...")
+                stack.terminate_all()
+                await stack.wait_all_exited(STOP_BOUND - 4)
+
+
+async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> None:
+    options, console = stack.options, stack.console
+    generator = LoadGenerator(
+        stack.gateway_url,
+        LoadPlan(
+            messages=None,
+            projects=options.projects,
+            batch=max(1, min(50, int(options.rate // 20) or 1)),
+            concurrency=8,
+            rate=options.rate,
+            keep_ids=False,
+        ),
+    )
+    landed = _Landed(stack.data_dir)
+    started = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        if options.simulator:
+            tg.start_soon(generator.run, stop)
+        if options.duration is not None:
+
+            async def timer() -> None:
+                await anyio.sleep(options.duration or 0)
+                stop.set()
+
+            tg.start_soon(timer)
+        previous = (started, 0)
+        while not stop.is_set():
+            with anyio.move_on_after(3):
+                await stop.wait()
+            stack.check_children()
+            now, rows = anyio.current_time(), landed.refresh()
+            rate = (rows - previous[1]) / max(now - previous[0], 1e-9)
+            previous = (now, rows)
+            console.print(
+                f"{now - started:6.0f} s  rate {rate:7.0f} msg/s  "
+                f"accepted {generator.accepted_count:>9,}  landed {rows:>9,}  "
+                f"{await _pool(client, stack)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        tg.cancel_scope.cancel()
+
+
+async def _pool(client: httpx.AsyncClient, stack: _Stack) -> str:
+    for url in stack.status_urls:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+            doc = (await client.get(url)).json()
+            leader = doc["leader"]["id"] if doc["leader"] else "none"
+            return f"handlers {len(doc['members'])}  leader {leader}"
+    return "status unavailable"

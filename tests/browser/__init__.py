@@ -1,0 +1,1 @@
+"""The dashboard in headless Chromium (Debian's, driven by Playwright)."""

@@ -1,0 +1,204 @@
+"""A whole shoal in one process for the browser tests: a leader (coordinator + its status
+app, dashboard included, served by uvicorn on a free loopback port) and handlers, over
+the in-memory adapters. Phase 2 runs the same page against a real ``shoal up`` stack."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from adapters.memory import (
+    InMemoryAssignmentStore,
+    InMemoryCoordination,
+    InMemoryElection,
+    InMemoryMembership,
+    InMemoryTransport,
+)
+from adapters.parquet import ParquetSettings, ParquetSink
+from core.assignment import strategy_named
+from core.ingest import stamp
+from core.model import Assignment
+from services.common.http import embedded_server
+from services.common.settings import HandlerSettings, LeaderSettings
+from services.handler.metrics import HandlerMetrics
+from services.handler.worker import Handler
+from services.leader.coordinator import Coordinator
+from services.leader.status import StatusReader, create_status_app
+
+PARTITIONS = 128
+
+
+@asynccontextmanager
+async def serve_app(app: FastAPI) -> AsyncIterator[str]:
+    """Serve ``app`` on a free 127.0.0.1 port; yields its base URL (no trailing slash)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = embedded_server(app, "127.0.0.1", port)
+    stopped = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await server.serve([sock])
+        finally:
+            stopped.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            with anyio.fail_after(10):
+                while not server.started:  # noqa: ASYNC110 (uvicorn offers no event to await)
+                    await anyio.sleep(0.02)
+            try:
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                server.should_exit = True
+                # Shielded: this also runs when the stack is being cancelled. An event
+                # stream still open would hold the graceful shutdown for its whole timeout.
+                with anyio.move_on_after(1, shield=True):
+                    await stopped.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        sock.close()
+
+
+@dataclass
+class Stack:
+    state: InMemoryCoordination
+    transport: InMemoryTransport
+    data_dir: Path
+    tg: TaskGroup
+    url: str = ""
+    stops: dict[str, anyio.Event] = field(default_factory=dict)
+    coordinators: dict[str, Coordinator] = field(default_factory=dict)
+
+    async def start_leader(self, leader_id: str) -> Coordinator:
+        """Start a leader replica and its status app; ``url`` is the first one's."""
+        self.stops[leader_id] = anyio.Event()
+        coordinator: Coordinator = await self.tg.start(self._run_leader, leader_id)
+        return coordinator
+
+    async def _run_leader(
+        self, leader_id: str, *, task_status: TaskStatus[Coordinator] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with (
+            InMemoryElection(self.state) as election,
+            InMemoryMembership(self.state) as membership,
+            InMemoryAssignmentStore(self.state) as store,
+        ):
+            coordinator = Coordinator(
+                settings=LeaderSettings(id=leader_id, lease_ttl=1.0, debounce=0.05),
+                partitions=PARTITIONS,
+                strategy=strategy_named("sticky"),
+                election=election,
+                membership=membership,
+                store=store,
+            )
+            reader = StatusReader(
+                coordinator=coordinator,
+                election=election,
+                membership=membership,
+                store=store,
+                transport=self.transport,
+                partitions=PARTITIONS,
+                lag_ttl=0.5,
+            )
+            async with serve_app(create_status_app(reader, CollectorRegistry())) as url:
+                self.url = self.url or url
+                self.coordinators[leader_id] = coordinator
+                task_status.started(coordinator)
+                await coordinator.run(self.stops[leader_id])
+
+    async def start_handler(self, handler_id: str) -> None:
+        self.stops[handler_id] = anyio.Event()
+        await self.tg.start(self._run_handler, handler_id)
+
+    async def _run_handler(
+        self, handler_id: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with (
+            InMemoryMembership(self.state) as membership,
+            InMemoryAssignmentStore(self.state) as store,
+        ):
+            handler = Handler(
+                settings=HandlerSettings(
+                    id=handler_id, lease_ttl=1.0, stats_interval=0.5, fetch_timeout=0.05
+                ),
+                membership=membership,
+                store=store,
+                transport=self.transport,
+                sink=ParquetSink(ParquetSettings(data_dir=self.data_dir)),
+                metrics=HandlerMetrics(CollectorRegistry()),
+            )
+            task_status.started()
+            await handler.run(self.stops[handler_id])
+
+    def crash(self, member_id: str) -> None:
+        """Stop a handler's loop and expire its lease, as a SIGKILL would."""
+        self.stops[member_id].set()
+        self.state.expire(member_id)
+
+    async def publish(self, count: int, projects: int = 40) -> None:
+        for i in range(count):
+            await self.transport.publish(
+                stamp(
+                    f"proj-{i % projects}",
+                    [b'{"t": 1}'],
+                    gateway_id="gw",
+                    first_sequence=i + 1,
+                    message_ids=[uuid.uuid4().hex],
+                    received_at=0.0,
+                    partitions=PARTITIONS,
+                )
+            )
+
+    async def assignment_where(self, check: Callable[[Assignment], bool]) -> Assignment:
+        async with InMemoryAssignmentStore(self.state) as store:
+            with anyio.fail_after(15):
+                async for assignment in store.watch():
+                    if check(assignment):
+                        return assignment
+        raise AssertionError("unreachable")
+
+
+def balanced_over(*members: str) -> Callable[[Assignment], bool]:
+    def check(assignment: Assignment) -> bool:
+        loads = [len(p) for p in assignment.by_member().values()]
+        return set(assignment.by_member()) == set(members) and max(loads) - min(loads) <= 1
+
+    return check
+
+
+@asynccontextmanager
+async def in_process_stack(data_dir: Path) -> AsyncIterator[Stack]:
+    async with InMemoryTransport(ack_wait=1.0) as transport, anyio.create_task_group() as tg:
+        stack = Stack(InMemoryCoordination(), transport, data_dir, tg)
+        try:
+            yield stack
+        finally:
+            for stop in stack.stops.values():
+                stop.set()
+            tg.cancel_scope.cancel()
+
+
+class CannedSource:
+    """A status document that a test sets by hand (``mount_dashboard`` takes any source)."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document_value = document
+        self.reads = 0
+
+    async def document(self) -> dict[str, Any]:
+        self.reads += 1
+        return self.document_value

@@ -1,0 +1,211 @@
+"""The dashboard of a real `shoal up` stack (real nats-server and etcd, leader, handler and
+gateway processes, the device simulator) in headless Chromium: the grid matches the
+assignment in the store, a killed handler's partitions change owner on the page without
+a reload, and Ctrl-C leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+import pytest
+
+from adapters.etcd import EtcdAssignmentStore, EtcdSettings
+from core.model import Assignment
+from tests.browser.conftest import artifact
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+pytestmark = pytest.mark.anyio
+
+CELLS_JS = "els => els.map(e => [Number(e.dataset.partition), e.dataset.owner])"
+STOP_BOUND = 15.0
+
+
+@dataclass
+class UpStack:
+    process: subprocess.Popen[str]
+    lines: dict[str, str]
+    state: dict[str, Any]
+
+    @property
+    def dashboard(self) -> str:
+        return self.lines["dashboard"]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (by parent links in /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def _pid_of_handler(handler_id: str) -> int:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        is_handler = b"services.handler" in cmdline and b"\0-c\0" not in cmdline  # not its launcher
+        if is_handler and f"SHOAL_HANDLER_ID={handler_id}".encode() in environ:
+            return int(entry.name)
+    raise AssertionError(f"no process for handler {handler_id}")
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[UpStack]:
+    env = {**os.environ, "SHOAL_STATE_DIR": str(tmp_path / "state")}
+    with (tmp_path / "up.err").open("w") as errors:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.cli.main",
+                "up",
+                "--handlers",
+                "3",
+                "--rate",
+                "100",
+                "--projects",
+                "50",
+                "--data-dir",
+                str(tmp_path / "data"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+    lines: dict[str, str] = {}
+    assert process.stdout is not None
+    deadline = time.monotonic() + 120
+    while len(lines) < 3 and time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        match = re.fullmatch(r"(gateway|dashboard|data): (\S+)\n", line)
+        if match:
+            lines[match[1]] = match[2]
+    if len(lines) < 3:
+        process.kill()
+        raise AssertionError(
+            "shoal up did not print its URLs: " + (tmp_path / "up.err").read_text()[-3000:]
+        )
+    state = json.loads((tmp_path / "state" / "up.json").read_text())
+    stack = UpStack(process, lines, state)
+    family = _descendants(process.pid)
+    try:
+        yield stack
+    finally:
+        family |= _descendants(process.pid)
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        started = time.monotonic()
+        code = process.wait(timeout=30)
+        took = time.monotonic() - started
+        process.stdout.close()
+        left = _alive(family)
+        print(f"\nBROWSER shoal up stopped in {took:.1f} s, exit {code}, processes left: {left}")
+        assert code == 0
+        assert took <= STOP_BOUND
+        assert not left, f"processes left behind: {left}"
+
+
+async def _stored(state: dict[str, Any]) -> Assignment:
+    settings = EtcdSettings(endpoints=(state["servers"]["etcd"],))
+    async with EtcdAssignmentStore(settings) as store:
+        assignment = await store.current()
+    assert assignment is not None
+    return assignment
+
+
+def _owners(assignment: Assignment) -> list[list[Any]]:
+    return [[p, ",".join(owners)] for p, owners in enumerate(assignment.owners)]
+
+
+async def _page_matches_store(page: Page, state: dict[str, Any]) -> Assignment:
+    """Wait until the page shows the stored generation, then compare every cell."""
+    with anyio.fail_after(30):
+        while True:
+            assignment = await _stored(state)
+            shown = await page.get_attribute("#partition-grid", "data-generation")
+            if shown == str(assignment.generation):
+                cells = await page.eval_on_selector_all(
+                    "#partition-grid [data-partition]", CELLS_JS
+                )
+                if cells == _owners(assignment):
+                    return assignment
+            await anyio.sleep(0.5)  # two processes' views converge; no shared event
+
+
+async def test_dashboard_of_shoal_up_shows_three_handlers_and_follows_a_killed_one(
+    up: UpStack, page: Page
+) -> None:
+    await page.goto(up.dashboard)
+    before = await _page_matches_store(page, up.state)
+    owners = {o for owners in before.owners for o in owners}
+    assert len(owners) == 3 and len(before.owners) == 128
+    await page.wait_for_selector(
+        '#throughput:not([data-rate="0"]):not([data-rate=""])', timeout=20_000
+    )
+    async with httpx.AsyncClient(trust_env=False) as client:
+        landed_before = (await client.get(up.state["status_urls"][0])).json()
+    assert all(m["partitions"] > 0 for m in landed_before["members"])
+    await page.screenshot(path=artifact("shoal-up.png"))
+
+    victim = sorted(owners)[0]
+    os.kill(_pid_of_handler(victim), signal.SIGKILL)
+    with anyio.fail_after(60):
+        while True:
+            after = await _page_matches_store(page, up.state)
+            if after.generation > before.generation and victim not in {
+                o for owners in after.owners for o in owners
+            }:
+                break
+            await anyio.sleep(0.5)
+    assert not await page.query_selector_all(f'[data-owner="{victim}"]')
+    await page.screenshot(path=artifact("shoal-up-after-kill.png"))
+    print(
+        f"\nBROWSER killed {victim}: generation {before.generation} -> {after.generation}, "
+        f"owners now {sorted({o for owners in after.owners for o in owners})}"
+    )

@@ -1,0 +1,406 @@
+"""Deployment files checked without a Docker engine or a cluster:
+
+- every YAML file under infra/ parses;
+- every Kubernetes manifest validates against the API schema of its kind, strictly
+  (unknown fields fail), for the oldest and the newest Kubernetes we target, with the
+  schemas the ``kubernetes-validate`` package ships (no network); the manifests agree
+  with each other (selectors, ports, ConfigMap and Secret names; kustomization lists all);
+- docker-compose.yml validates against the Compose Specification schema (vendored in
+  tests/infra/schemas/, Apache-2.0, see NOTICE.compose-spec), every image is pinned, every
+  service has a healthcheck;
+- nginx.conf: ``nginx -t`` on a copy whose upstreams are 127.0.0.1 when Debian's nginx is
+  installed (``nginx-light`` and ``libnginx-mod-stream``), and a structural check always;
+- the Dockerfile: FROM pinned to a version, no ``latest``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# pyyaml, jsonschema and kubernetes-validate come with the dev extra; importorskip keeps
+# them typed as Any (no stub packages needed for mypy --strict).
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+K8S = INFRA / "k8s"
+COMPOSE = INFRA / "docker-compose.yml"
+NGINX_CONF = INFRA / "nginx" / "nginx.conf"
+DOCKERFILE = INFRA / "Dockerfile"
+SCHEMAS = Path(__file__).parent / "schemas"
+
+#: The oldest Kubernetes the manifests target, and the newest whose schemas are shipped.
+K8S_FLOOR = "1.29.0"
+
+Doc = dict[str, Any]
+
+
+def load_all(path: Path) -> list[Doc]:
+    documents = yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    return [d for d in documents if d is not None]
+
+
+def yaml_files() -> list[Path]:
+    return sorted(p for p in INFRA.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def k8s_files() -> list[Path]:
+    return sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def k8s_objects() -> list[tuple[str, Doc]]:
+    return [(f"{p.name}#{i}", d) for p in k8s_files() for i, d in enumerate(load_all(p))]
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# --- YAML -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", yaml_files(), ids=rel)
+def test_yaml_parses(path: Path) -> None:
+    documents = load_all(path)
+    assert documents, f"{rel(path)} is empty"
+    for document in documents:
+        assert isinstance(document, dict), f"{rel(path)}: a document is not a mapping"
+
+
+# --- Kubernetes -------------------------------------------------------------------------
+
+
+def _k8s_versions() -> list[str]:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    latest = str(kubernetes_validate.latest_version())
+    return [K8S_FLOOR] if latest == K8S_FLOOR else [K8S_FLOOR, latest]
+
+
+@pytest.mark.parametrize(("name", "document"), k8s_objects(), ids=[n for n, _ in k8s_objects()])
+def test_k8s_manifest_validates_against_its_schema(name: str, document: Doc) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for version in _k8s_versions():
+        try:
+            kubernetes_validate.validate(document, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name} ({document.get('kind')}) against Kubernetes {version}:\n{exc}")
+
+
+def test_the_validator_rejects_an_unknown_field() -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    bad = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "x"},
+        "spec": {"maxUnavailable": 1, "maxUnavailabel": 2},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_FLOOR, strict=True)
+
+
+def test_kustomization_lists_every_manifest_and_only_existing_files() -> None:
+    (kustomization,) = load_all(K8S / "kustomization.yaml")
+    assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
+    assert kustomization["kind"] == "Kustomization"
+    resources = kustomization["resources"]
+    assert len(resources) == len(set(resources)), "a resource is listed twice"
+    assert {r for r in resources if not (K8S / r).is_file()} == set()
+    assert set(resources) == {p.name for p in k8s_files()}
+
+
+def _objects(kind: str) -> list[Doc]:
+    return [d for _, d in k8s_objects() if d.get("kind") == kind]
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_every_object_is_namespaced_and_labelled() -> None:
+    for name, document in k8s_objects():
+        metadata = document["metadata"]
+        assert metadata.get("labels", {}).get("app.kubernetes.io/name") == "shoal", name
+        if document["kind"] != "Namespace":
+            assert metadata.get("namespace") == "shoal", name
+    assert [n["metadata"]["name"] for n in _objects("Namespace")] == ["shoal"]
+
+
+def test_services_and_budgets_select_pods_of_a_deployment_with_their_ports() -> None:
+    templates = [d["spec"]["template"] for d in _objects("Deployment")]
+    for service in _objects("Service"):
+        selector = service["spec"]["selector"]
+        pods = [t for t in templates if _matches(selector, t["metadata"]["labels"])]
+        assert pods, f"Service {service['metadata']['name']} selects no Deployment's pods"
+        for port in service["spec"]["ports"]:
+            target = port.get("targetPort", port["port"])
+            for pod in pods:
+                ports = [p for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+                assert any(target in (p.get("name"), p["containerPort"]) for p in ports), (
+                    f"Service {service['metadata']['name']}: no container port {target!r}"
+                )
+    for budget in _objects("PodDisruptionBudget"):
+        selector = budget["spec"]["selector"]["matchLabels"]
+        assert any(_matches(selector, t["metadata"]["labels"]) for t in templates), (
+            f"PodDisruptionBudget {budget['metadata']['name']} selects no Deployment's pods"
+        )
+    for deployment in _objects("Deployment"):
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert _matches(selector, deployment["spec"]["template"]["metadata"]["labels"])
+
+
+def test_config_and_secret_references_name_objects_of_the_kustomization() -> None:
+    config_maps = {d["metadata"]["name"] for d in _objects("ConfigMap")}
+    secrets = {d["metadata"]["name"] for d in _objects("Secret")}
+    for deployment in _objects("Deployment"):
+        spec = deployment["spec"]["template"]["spec"]
+        for container in spec["containers"]:
+            for source in container.get("envFrom", []):
+                if "configMapRef" in source:
+                    assert source["configMapRef"]["name"] in config_maps
+                if "secretRef" in source:
+                    ref = source["secretRef"]
+                    assert ref.get("optional") or ref["name"] in secrets
+            assert container["image"].split(":")[-1] not in ("", "latest")
+            assert ":" in container["image"], f"{container['name']}: image without a tag"
+
+
+# --- docker compose -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> Doc:
+    (document,) = load_all(COMPOSE)
+    return document
+
+
+def test_compose_validates_against_the_compose_specification(compose: Doc) -> None:
+    Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
+
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    errors = sorted(
+        Draft202012Validator(schema).iter_errors(compose), key=lambda e: list(e.absolute_path)
+    )
+    assert not errors, "\n".join(
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors
+    )
+
+
+def test_the_compose_schema_rejects_an_unknown_service_key(compose: Doc) -> None:
+    Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
+
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text(encoding="utf-8"))
+    broken = {**compose, "services": {"x": {"image": "redis:7.4.2", "healthchek": {}}}}
+    assert not Draft202012Validator(schema).is_valid(broken)
+
+
+def _tag(image: str) -> str:
+    name = image.rsplit("/", 1)[-1]
+    return name.split(":", 1)[1] if ":" in name else ""
+
+
+def _version(tag: str) -> tuple[int, ...]:
+    match = re.match(r"v?(\d+(?:\.\d+)+)", tag)
+    assert match, f"tag {tag!r} is not a version"
+    return tuple(int(x) for x in match.group(1).split("."))
+
+
+def test_every_compose_image_is_pinned_to_a_version(compose: Doc) -> None:
+    images = {name: s.get("image") for name, s in compose["services"].items()}
+    for name, image in images.items():
+        assert image, f"service {name} has no image"
+        tag = _tag(image)
+        assert tag and tag != "latest", f"service {name}: image {image!r} is not pinned"
+        assert "@" in image or re.match(r"v?\d+\.\d+\.\d+", tag), f"{name}: {image!r}"
+
+    def versions(prefix: str) -> set[tuple[int, ...]]:
+        return {_version(_tag(i)) for i in images.values() if i.startswith(prefix)}
+
+    assert versions("nats:") and min(versions("nats:")) >= (2, 10, 29)
+    (etcd,) = versions("quay.io/coreos/etcd:")
+    assert etcd >= (3, 5, 17), "etcd 3.5.0-3.5.2 are not to be used; 3.5.17 or later"
+    assert versions("redis:") == {(7, 4, 2)}
+    assert versions("apache/kafka:") == {(4, 1, 1)}
+    (nginx,) = versions("nginx:")
+    assert nginx[:2] == (1, 27) and nginx >= (1, 27, 3), "`resolve` needs nginx >= 1.27.3"
+
+
+def test_compose_services_have_healthchecks_and_known_dependencies(compose: Doc) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        assert "test" in service.get("healthcheck", {}), f"service {name} has no healthcheck"
+        for dependency in service.get("depends_on", {}):
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+
+
+def test_compose_runs_the_shoal_roles_from_one_image(compose: Doc) -> None:
+    services = compose["services"]
+    roles: dict[str, list[str]] = {}
+    for name, service in services.items():
+        if service["image"].startswith("shoal:"):
+            assert service["build"] == {"context": "..", "dockerfile": "infra/Dockerfile"}
+            environment = service["environment"]
+            assert environment["SHOAL_ETCD_ENDPOINTS"] == "etcd:2379"
+            assert all(key.startswith("SHOAL_") for key in environment), name
+            roles.setdefault(service["command"][0], []).append(name)
+    assert {r: len(n) for r, n in roles.items()} == {
+        "gateway": 2,
+        "leader": 2,
+        "handler": 3,
+        "devices": 1,
+    }
+    (devices,) = roles["devices"]
+    command = services[devices]["command"]
+    for flag in ("--gateway", "--projects", "--rate"):
+        assert flag in command
+    assert command[command.index("--gateway") + 1] == "http://nginx:8080"
+    ids = [
+        services[n]["environment"].get(f"SHOAL_{r.upper()}_ID")
+        for r, names in roles.items()
+        if r != "devices"
+        for n in names
+    ]
+    assert len(ids) == len(set(ids)) and None not in ids, "every member needs its own id"
+
+
+def test_compose_mounts_the_nginx_config_that_exists(compose: Doc) -> None:
+    (mount,) = compose["services"]["nginx"]["volumes"]
+    source, target, _ = mount.split(":")
+    assert (COMPOSE.parent / source).resolve() == NGINX_CONF
+    assert target == "/etc/nginx/nginx.conf"
+
+
+# --- nginx --------------------------------------------------------------------------------
+
+
+def _nginx_text() -> str:
+    return NGINX_CONF.read_text(encoding="utf-8")
+
+
+def _upstreams(text: str) -> dict[str, list[str]]:
+    blocks = re.findall(r"upstream\s+(\w+)\s*\{(.*?)\}", text, flags=re.S)
+    return {name: re.findall(r"^\s*server\s+(\S+)", body, flags=re.M) for name, body in blocks}
+
+
+def test_nginx_is_stream_only_and_balances_the_compose_services(compose: Doc) -> None:
+    text = _nginx_text()
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    assert code.count("{") == code.count("}")
+    assert re.search(r"^stream\s*\{", code, flags=re.M), "no stream (L4) block"
+    assert not re.search(r"^\s*http\s*\{", code, flags=re.M), "L4 only: no http block"
+    upstreams = _upstreams(code)
+    assert upstreams["shoal_gateways"] == ["gateway-1:8080", "gateway-2:8080"]
+    assert upstreams["shoal_leaders"] == ["leader-1:8090", "leader-2:8090"]
+    for servers in upstreams.values():
+        for server in servers:
+            host, _port = server.split(":")
+            assert host in compose["services"], f"upstream {host} is not a compose service"
+    listens = re.findall(r"^\s*listen\s+(\d+)\s*;", code, flags=re.M)
+    published = {p.split(":")[0] for p in compose["services"]["nginx"]["ports"]}
+    assert set(listens) == published == {"8080", "8090"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _nginx() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).is_file()), None
+    )
+
+
+@pytest.fixture
+def nginx_copy(tmp_path: Path) -> Iterator[Path]:
+    """The config with 127.0.0.1 upstreams and free loopback ports, for a local nginx.
+
+    Debian's nginx (1.22) predates the ``resolve`` server parameter (1.27.3), so it is
+    dropped from the copy; its stream module is dynamic, so the copy loads it."""
+    text = _nginx_text()
+    text = re.sub(r"^(\s*server\s+)[\w.-]+(:\d+)", r"\g<1>127.0.0.1\2", text, flags=re.M)
+    text = re.sub(r"\s+resolve(?=[\s;])", "", text)
+    text = re.sub(
+        r"^(\s*listen\s+)\d+\s*;",
+        lambda m: f"{m.group(1)}127.0.0.1:{_free_port()};",
+        text,
+        flags=re.M,
+    )
+    module = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
+    if module.is_file():
+        text = f"load_module {module};\n" + text
+    (tmp_path / "logs").mkdir()
+    copy = tmp_path / "nginx.conf"
+    copy.write_text(text, encoding="utf-8")
+    yield copy
+
+
+def test_nginx_accepts_the_config(nginx_copy: Path) -> None:
+    nginx = _nginx()
+    if nginx is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light libnginx-mod-stream)")
+    prefix = nginx_copy.parent
+    done = subprocess.run(
+        [
+            nginx,
+            "-t",
+            "-p",
+            str(prefix),
+            "-c",
+            str(nginx_copy),
+            "-e",
+            str(prefix / "logs" / "error.log"),
+            "-g",
+            f"pid {prefix / 'nginx.pid'};",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "test is successful" in done.stderr
+
+
+# --- Dockerfile ---------------------------------------------------------------------------
+
+
+def test_dockerfile_bases_are_pinned_and_it_runs_shoal_as_non_root() -> None:
+    lines = [
+        line.strip()
+        for line in DOCKERFILE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    bases = [line.split()[1] for line in lines if line.upper().startswith("FROM ")]
+    assert bases, "no FROM"
+    for base in bases:
+        assert "$" not in base, f"FROM {base}: pin it literally"
+        tag = _tag(base)
+        assert tag and tag != "latest" and "latest" not in base, f"FROM {base} is not pinned"
+        assert re.match(r"3\.11\.\d+-slim", tag), f"FROM {base}: python:3.11.X-slim expected"
+    assert len(set(bases)) == 1, "build and runtime stages must share the same base"
+    assert 'ENTRYPOINT ["shoal"]' in lines
+    users = [line for line in lines if line.upper().startswith("USER ")]
+    assert users and users[-1].split()[1].split(":")[0] not in ("0", "root")
+    # The context filter starts from nothing and lets in only what the image installs.
+    ignore = [
+        line.strip()
+        for line in (INFRA / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert ignore[0] == "*"
+    copied = re.findall(r"^COPY\s+(?!--from)(.+)\s+\S+$", "\n".join(lines), flags=re.M)
+    for sources in copied:
+        for source in sources.split():
+            assert f"!{source.rstrip('/')}" in {i.rstrip("/") for i in ignore}, source
