@@ -1,0 +1,101 @@
+"""``JsonlLedger``: one line per answered request, appended and flushed before the answer,
+fsynced every ``sync_interval`` seconds and on exit."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from core.messages import LedgerEntry
+
+__all__ = ["JsonlLedger", "ledger_line"]
+
+
+def ledger_line(entry: LedgerEntry) -> str:
+    return json.dumps(
+        {
+            "v": 1,
+            "gateway_id": entry.gateway_id,
+            "project_id": entry.project_id,
+            "first_sequence": entry.first_sequence,
+            "last_sequence": entry.last_sequence,
+            "outcome": str(entry.outcome),
+            "received_at": entry.received_at,
+            "decided_at": entry.decided_at,
+        },
+        separators=(",", ":"),
+    )
+
+
+class JsonlLedger:
+    """``async with JsonlLedger(directory, gateway_id) as ledger: await ledger.record(e)``.
+
+    A crash can cut the last line short; readers skip such a line. Appending to an existing
+    file is safe: each gateway process has its own id, so its own file.
+    """
+
+    def __init__(self, directory: Path, gateway_id: str, sync_interval: float = 1.0) -> None:
+        self.path = directory / f"{gateway_id}.jsonl"
+        self._sync_interval = sync_interval
+        self._file: IO[str] | None = None
+        self._dirty = False
+        self._tasks: TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        torn = self._ends_mid_line()
+        self._file = self.path.open("a", encoding="utf-8")
+        if torn:
+            self._file.write("\n")  # end the line a crash cut short, so ours stand alone
+        self._tasks = anyio.create_task_group()
+        await self._tasks.__aenter__()
+        self._tasks.start_soon(self._sync_periodically)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._tasks is not None and self._file is not None
+        self._tasks.cancel_scope.cancel()
+        await self._tasks.__aexit__(exc_type, exc, tb)
+        self._sync()
+        self._file.close()
+
+    def _ends_mid_line(self) -> bool:
+        try:
+            with self.path.open("rb") as existing:
+                existing.seek(0, os.SEEK_END)
+                if existing.tell() == 0:
+                    return False
+                existing.seek(-1, os.SEEK_END)
+                return existing.read(1) != b"\n"
+        except FileNotFoundError:
+            return False
+
+    async def record(self, entry: LedgerEntry) -> None:
+        if self._file is None:
+            raise OSError("ledger is not open")
+        # A few hundred bytes to the page cache: cheaper than a thread hop.
+        self._file.write(ledger_line(entry) + "\n")
+        self._file.flush()
+        self._dirty = True
+
+    def _sync(self) -> None:
+        if self._file is not None and self._dirty:
+            self._dirty = False
+            os.fsync(self._file.fileno())
+
+    async def _sync_periodically(self) -> None:
+        while True:
+            await anyio.sleep(self._sync_interval)
+            if self._dirty:
+                await anyio.to_thread.run_sync(self._sync)

@@ -1,0 +1,204 @@
+"""Generated landing data with planted gaps, duplicates, a refused range and known latencies.
+
+Written by the real ``ParquetSink`` (so the layout and schema are the handler's), plus a
+gateway ledger in the format ``adapters.spark`` documents. Every expected count in the tests
+is derived by hand in ``PLANTED`` below, not recomputed by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+
+from adapters.parquet import ParquetSettings, ParquetSink
+from core.messages import Envelope, LandedRow, MessageKind
+from core.partitioning import partition_for
+
+__all__ = [
+    "BASE",
+    "CHANGE_AT",
+    "PARTITIONS",
+    "LedgerRange",
+    "Planted",
+    "build_planted",
+    "gateways_projects",
+    "land",
+    "latency_ms_of",
+    "owner",
+    "skewed_rows",
+    "write_ledger",
+]
+
+BASE = datetime(2026, 11, 21, 12, 0, tzinfo=UTC).timestamp()
+PARTITIONS = 8
+SERIES_LENGTH = 1000
+CHANGE_AT = BASE + 50.0  # generation 1 -> 2 (by handled_at)
+GATEWAYS = ("gw-a", "gw-b")
+PROJECTS = tuple(f"proj-{k}" for k in range(6))
+
+
+def gateways_projects() -> list[tuple[str, str]]:
+    return [(g, p) for g in GATEWAYS for p in PROJECTS]
+
+
+def received_at(series_index: int, sequence: int) -> float:
+    """Monotonic in the sequence, 0.1 s apart: sequence s of any series at BASE + s/10 (+ i ms)."""
+    return BASE + sequence * 0.1 + series_index * 0.001
+
+
+def latency_ms_of(global_index: int) -> float:
+    """1..1000 ms; every 1000 consecutive rows take each value once (7919 is prime)."""
+    return float((global_index * 7919) % 1000 + 1)
+
+
+def owner(partition: int, handled_at: float) -> tuple[int, str]:
+    """(generation, handler): g1 h1 = 0-3, h2 = 4-7; g2 moves 3 and 7 to h3."""
+    if handled_at < CHANGE_AT:
+        return 1, "h1" if partition < 4 else "h2"
+    if partition in {3, 7}:
+        return 2, "h3"
+    return 2, "h1" if partition < 4 else "h2"
+
+
+@dataclass(frozen=True)
+class LedgerRange:
+    gateway_id: str
+    project_id: str
+    first: int
+    last: int
+    outcome: str
+    decided_at: float
+
+
+@dataclass
+class Planted:
+    rows: list[LandedRow]
+    ledger: list[LedgerRange]
+
+
+# (gateway, project) -> what is planted; the tests' expected numbers follow from this table.
+MISSING = {
+    ("gw-a", "proj-0"): {5, 6},
+    ("gw-a", "proj-1"): {500},
+    ("gw-a", "proj-4"): set(range(301, 306)),  # refused by a 503: never accepted
+    ("gw-b", "proj-3"): {950, *range(991, 1001)},  # 950 and the tail 991..1000
+}
+EXTRA_COPIES = {("gw-a", "proj-0"): {7: 2}, ("gw-b", "proj-2"): {1: 1, 2: 1, 3: 1}}
+UNACKNOWLEDGED = {("gw-b", "proj-5"): range(1001, 1004)}  # landed, but the gateway said 503
+
+
+def build_planted() -> Planted:
+    rows: list[LandedRow] = []
+    ledger: list[LedgerRange] = []
+    index = 0
+
+    def add(gateway: str, project: str, series: int, sequence: int, copy: int) -> None:
+        nonlocal index
+        partition = partition_for(project, PARTITIONS)
+        received = received_at(series, sequence)
+        handled = received + latency_ms_of(index) / 1000 + copy * 2.0  # a redelivery is later
+        generation, handler = owner(partition, handled)
+        kind = MessageKind.ANNOUNCE if sequence == 0 else MessageKind.DATA
+        envelope = Envelope(
+            message_id=f"{gateway}-{project}-{sequence}",
+            project_id=project,
+            partition=partition,
+            gateway_id=gateway,
+            sequence=sequence,
+            received_at=received,
+            payload=b'{"v":%d}' % sequence,
+            kind=kind,
+        )
+        rows.append(LandedRow(envelope, generation, handler, handled))
+        if kind is MessageKind.DATA:
+            index += 1
+
+    for series, (gateway, project) in enumerate(gateways_projects()):
+        key = (gateway, project)
+        add(gateway, project, series, 0, 0)  # the announcement
+        missing = MISSING.get(key, set())
+        extra = EXTRA_COPIES.get(key, {})
+        tail = UNACKNOWLEDGED.get(key, range(0))
+        for sequence in [*range(1, SERIES_LENGTH + 1), *tail]:
+            if sequence in missing:
+                continue
+            for copy in range(1 + extra.get(sequence, 0)):
+                add(gateway, project, series, sequence, copy)
+        # The ledger: one request per 10 sequences, decided 5 ms after its last was received.
+        for first in range(1, SERIES_LENGTH + 1, 10):
+            chunks = [(first, first + 9, "accepted")]
+            if key == ("gw-a", "proj-4") and first == 301:
+                chunks = [(301, 305, "refused"), (306, 310, "accepted")]
+            for lo, hi, outcome in chunks:
+                decided = received_at(series, hi) + 0.005
+                ledger.append(LedgerRange(gateway, project, lo, hi, outcome, decided))
+        if tail:
+            decided = received_at(series, tail[-1]) + 0.005
+            ledger.append(LedgerRange(gateway, project, tail[0], tail[-1], "refused", decided))
+    return Planted(rows, ledger)
+
+
+def land(data_dir: Path, rows: Sequence[LandedRow], batch: int = 2000) -> None:
+    """Write ``rows`` with the real sink, ``batch`` rows per call (several files per folder)."""
+    sink = ParquetSink(ParquetSettings(data_dir=data_dir))
+
+    async def write_all() -> None:
+        async with sink:
+            for start in range(0, len(rows), batch):
+                await sink.write(rows[start : start + batch])
+
+    anyio.run(write_all)
+
+
+def write_ledger(ledger_dir: Path, ranges: Iterable[LedgerRange]) -> None:
+    """One JSON Lines file per gateway, plus a torn last line (a crash mid-append)."""
+    ledger_dir.mkdir(parents=True, exist_ok=True)
+    by_gateway: dict[str, list[str]] = {}
+    for r in ranges:
+        line = json.dumps(
+            {
+                "v": 1,
+                "gateway_id": r.gateway_id,
+                "project_id": r.project_id,
+                "first_sequence": r.first,
+                "last_sequence": r.last,
+                "outcome": r.outcome,
+                "received_at": r.decided_at - 0.005,
+                "decided_at": r.decided_at,
+            }
+        )
+        by_gateway.setdefault(r.gateway_id, []).append(line)
+    for gateway, lines in by_gateway.items():
+        text = "\n".join(lines) + '\n{"v": 1, "gateway_id": "' + gateway + '", "proj'
+        (ledger_dir / f"{gateway}.jsonl").write_text(text, encoding="utf-8")
+
+
+def skewed_rows(partitions: int, loads: Sequence[int]) -> list[LandedRow]:
+    """``loads[p]`` data rows on partition ``p`` (one project per partition)."""
+    projects: dict[int, str] = {}
+    n = 0
+    while len(projects) < partitions:
+        candidate = f"skew-{n}"
+        projects.setdefault(partition_for(candidate, partitions), candidate)
+        n += 1
+    rows = []
+    for partition, load in enumerate(loads):
+        project = projects[partition]
+        for sequence in range(1, load + 1):
+            received = BASE + sequence * 0.01
+            envelope = Envelope(
+                message_id=f"{project}-{sequence}",
+                project_id=project,
+                partition=partition,
+                gateway_id="gw-s",
+                sequence=sequence,
+                received_at=received,
+                payload=b"{}",
+            )
+            rows.append(LandedRow(envelope, 1, "h1", received + 0.01))
+    return rows

@@ -1,0 +1,181 @@
+"""The audit's exact counts on planted data, and the in-flight vs lost rule.
+
+Planted (tests/spark/_landing.py): 12 series (gw-a, gw-b x proj-0..5) of sequences
+1..1000, each sequence s received at BASE + s/10 s (+ series ms), plus one announcement
+(sequence 0) per series. Then:
+
+- gw-a/proj-0: 5, 6 missing; 7 landed three times (+2 duplicates)
+- gw-a/proj-1: 500 missing
+- gw-a/proj-4: 301..305 missing: a request refused with 503 (never accepted)
+- gw-b/proj-2: 1, 2, 3 landed twice (+3 duplicates)
+- gw-b/proj-3: 950 missing, and the tail 991..1000 missing
+- gw-b/proj-5: 1001..1003 landed although the gateway answered 503 (publish timed out)
+
+The ledger holds one accepted range per 10 sequences (decided 5 ms after the range's last
+receive), 301..305 of gw-a/proj-4 and 1001..1003 of gw-b/proj-5 refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from adapters.spark import AuditResult, LandingDirError, LostRange, SparkAnalytics, nines
+from tests.spark._landing import BASE, build_planted, land
+
+SETTLE = 120.0
+# Cutoff BASE + 90.05 s: sequences 1..900 of every series were received (and their ledger
+# ranges answered) by then; 901 onwards were not.
+AS_OF = datetime.fromtimestamp(BASE + 90.05 + SETTLE, UTC)
+
+
+def counts(result: AuditResult) -> dict[str, int | None]:
+    return {
+        "accepted": result.accepted,
+        "landed": result.landed,
+        "lost": result.lost,
+        "duplicated": result.duplicated,
+        "after_cutoff": result.after_cutoff,
+        "in_flight": result.in_flight,
+        "refused": result.refused,
+        "unacknowledged": result.unacknowledged,
+    }
+
+
+def test_drained_from_sequences(analytics: SparkAnalytics, planted_dir: Path) -> None:
+    result = analytics.audit(planted_dir, drained=True)
+    # accepted: 10 series x 1000, gw-b/proj-3 up to 990 (its tail is invisible), gw-b/proj-5
+    # up to 1003. lost: 2 + 1 + 5 (the refused range looks lost) + 1 (950).
+    assert counts(result) == {
+        "accepted": 11_993,
+        "landed": 11_993 - 9 + 5,
+        "lost": 9,
+        "duplicated": 5,
+        "after_cutoff": 0,
+        "in_flight": None,
+        "refused": None,
+        "unacknowledged": None,
+    }
+    assert result.series == 12
+    assert result.announcements == 12
+    assert result.conflicting == 0
+    assert result.accepted_from == "sequences"
+    assert result.limits  # the output says what it cannot see
+    assert not result.ok
+    assert result.lost_ranges == (
+        LostRange("gw-a", "proj-0", 5, 6),
+        LostRange("gw-a", "proj-1", 500, 500),
+        LostRange("gw-a", "proj-4", 301, 305),
+        LostRange("gw-b", "proj-3", 950, 950),
+    )
+    assert result.lost_per_million == pytest.approx(9 / 11_993 * 1e6)
+    assert result.duplicated_per_million == pytest.approx(5 / 11_993 * 1e6)
+    worst = [(s.gateway_id, s.project_id, s.lost, s.duplicated) for s in result.worst]
+    assert worst == [
+        ("gw-a", "proj-4", 5, 0),
+        ("gw-a", "proj-0", 2, 2),
+        ("gw-a", "proj-1", 1, 0),
+        ("gw-b", "proj-3", 1, 0),
+        ("gw-b", "proj-2", 0, 3),
+    ]
+
+
+def test_as_of_counts_only_what_is_due(analytics: SparkAnalytics, planted_dir: Path) -> None:
+    """In flight vs lost: 950 of gw-b/proj-3 was received after the cutoff, so it may still
+    be on its way and is not lost; drained, the same gap is a loss."""
+    result = analytics.audit(planted_dir, as_of=AS_OF, settle_seconds=SETTLE)
+    assert counts(result) == {
+        "accepted": 12 * 900,
+        "landed": 12 * 900 - 8 + 5,
+        "lost": 8,
+        "duplicated": 5,
+        # rows of sequences 901+: 11 series x 100, gw-b/proj-3 901..990 but 950, and the 3
+        # rows of gw-b/proj-5 past 1000
+        "after_cutoff": 1100 + 89 + 3,
+        "in_flight": None,
+        "refused": None,
+        "unacknowledged": None,
+    }
+    assert result.cutoff == datetime.fromtimestamp(BASE + 90.05, UTC)
+    assert LostRange("gw-b", "proj-3", 950, 950) not in result.lost_ranges
+    drained = analytics.audit(planted_dir, drained=True)
+    assert LostRange("gw-b", "proj-3", 950, 950) in drained.lost_ranges
+
+
+def test_drained_from_the_ledger(analytics: SparkAnalytics, planted_dir: Path) -> None:
+    """The ledger sees the tail loss and tells the refused range from a loss."""
+    result = analytics.audit(planted_dir, drained=True, ledger_dir=planted_dir / "_ledger")
+    assert counts(result) == {
+        "accepted": 12 * 1000 - 5,
+        "landed": 11_995 - 14 + 5,
+        "lost": 2 + 1 + 1 + 10,
+        "duplicated": 5,
+        "after_cutoff": 0,
+        "in_flight": 0,
+        "refused": 5 + 3,
+        "unacknowledged": 3,
+    }
+    assert result.accepted_from == "ledger"
+    assert result.limits == ()
+    assert result.lost_ranges == (
+        LostRange("gw-a", "proj-0", 5, 6),
+        LostRange("gw-a", "proj-1", 500, 500),
+        LostRange("gw-b", "proj-3", 950, 950),
+        LostRange("gw-b", "proj-3", 991, 1000),
+    )
+
+
+def test_as_of_from_the_ledger(analytics: SparkAnalytics, planted_dir: Path) -> None:
+    result = analytics.audit(
+        planted_dir, as_of=AS_OF, settle_seconds=SETTLE, ledger_dir=planted_dir / "_ledger"
+    )
+    assert counts(result) == {
+        "accepted": 12 * 900 - 5,
+        "landed": 10_795 - 3 + 5,
+        "lost": 3,
+        "duplicated": 5,
+        "after_cutoff": 1100 + 89,  # accepted after the cutoff and already landed
+        "in_flight": 11,  # accepted after the cutoff, not landed (yet): 950, 991..1000
+        "refused": 8,
+        "unacknowledged": 3,
+    }
+
+
+def test_nothing_lost(analytics: SparkAnalytics, clean_dir: Path) -> None:
+    result = analytics.audit(clean_dir, drained=True)
+    assert (result.accepted, result.lost, result.duplicated) == (2000, 0, 3)
+    assert result.ok
+    value, bound = nines(0, 2000)
+    assert bound and value == pytest.approx(3.301, abs=1e-3)
+    assert result.nines.startswith("≥ 3.30 nines")
+
+
+def test_nines() -> None:
+    assert nines(0, 1_000_000) == (6.0, True)
+    value, bound = nines(3, 1_000_000)
+    assert not bound and value == pytest.approx(5.5229, abs=1e-4)
+    assert nines(0, 0) == (None, False)
+
+
+def test_missing_directory(analytics: SparkAnalytics, tmp_path: Path) -> None:
+    with pytest.raises(LandingDirError, match="does not exist"):
+        analytics.audit(tmp_path / "nope", drained=True)
+
+
+def test_empty_directory_accepts_nothing(analytics: SparkAnalytics, tmp_path: Path) -> None:
+    result = analytics.audit(tmp_path, drained=True)
+    assert (result.accepted, result.landed, result.lost, result.series) == (0, 0, 0, 0)
+    assert result.ok
+
+
+def test_two_message_ids_on_one_sequence(analytics: SparkAnalytics, tmp_path: Path) -> None:
+    """A sequence landed under two message ids is a gateway bug: counted, and a duplicate."""
+    rows = [r for r in build_planted().rows if r.envelope.project_id == "proj-5"][:4]
+    # gw-a/proj-5: the announcement and sequences 1..3; land sequence 2 again, new id
+    twin = replace(rows[2], envelope=replace(rows[2].envelope, message_id="another-id"))
+    land(tmp_path, [*rows, twin])
+    result = analytics.audit(tmp_path, drained=True)
+    assert (result.accepted, result.landed, result.duplicated, result.conflicting) == (3, 4, 1, 1)
