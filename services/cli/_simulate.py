@@ -159,7 +159,8 @@ def parse_strategies(names: str, fan_out: bool = False) -> tuple[str, ...]:
 
 
 def load_weights(path: Path) -> dict[Partition, float]:
-    """Read a JSON object ``{"partition": weight, ...}``; raises ``SimulationError``.
+    """Read a JSON object ``{"partition": weight, ...}``, or the file ``shoal analytics
+    weights`` writes (the same object under ``"weights"``); raises ``SimulationError``.
 
     Ranges (partition < P, weight finite and >= 0) are core's to check.
     """
@@ -174,6 +175,8 @@ def load_weights(path: Path) -> dict[Partition, float]:
         raise SimulationError(
             f"weights file {path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    if isinstance(data, dict) and isinstance(data.get("weights"), dict):
+        data = data["weights"]
     if not isinstance(data, dict):
         raise SimulationError(
             f"weights file {path} must hold one JSON object partition -> weight, "

@@ -13,7 +13,8 @@ from rich.console import Console
 from core.assignment import AssignmentOptions
 from core.errors import ShoalError
 from core.partitioning import DEFAULT_PARTITIONS, partition_for
-from services.cli import _simulate
+from services.cli import _simulate, _status
+from services.cli._analytics import analytics_app
 from services.cli.devices import LoadPlan, LoadSummary, run_devices
 
 __all__ = ["app", "main"]
@@ -27,6 +28,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(analytics_app, name="analytics")
 
 
 def _fail(message: str) -> NoReturn:
@@ -133,6 +135,41 @@ def devices(
     typer.echo(summary.line())
     if summary.failed_batches:
         raise typer.Exit(1)
+
+
+app.command(name="status")(_status.status)
+
+
+@app.command()
+def up(
+    *,
+    projects: Annotated[int, typer.Option(min=1, help="simulated project ids")] = 100,
+    rate: Annotated[float, typer.Option(min=0.1, help="simulated messages per second")] = 200.0,
+    duration: Annotated[
+        float | None, typer.Option(min=1, help="stop after this many seconds (default: Ctrl-C)")
+    ] = None,
+    handlers: Annotated[int, typer.Option(min=1, max=64, help="handler processes")] = 3,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="landing zone (default: var/up/TIMESTAMP)")
+    ] = None,
+    simulator: Annotated[bool, typer.Option(help="run the device simulator")] = True,
+) -> None:
+    """Run the whole pipeline locally on real servers: nats-server and etcd, 2 leaders,
+    handlers under the local scaler, a gateway, and a device simulator."""
+    from services.cli._up import UpOptions, run_up  # noqa: PLC0415 (see _lazy)
+
+    options = UpOptions(
+        projects=projects,
+        rate=rate,
+        duration=duration,
+        handlers=handlers,
+        data_dir=data_dir,
+        simulator=simulator,
+    )
+    try:
+        anyio.run(run_up, options, Console(highlight=False, stderr=True))
+    except RuntimeError as exc:
+        _fail(str(exc))
 
 
 # _lazy: the service commands import their service when run, so that `shoal partition` and

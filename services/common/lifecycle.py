@@ -20,15 +20,20 @@ log = logging.getLogger("shoal")
 
 async def stop_on_signals(stop: anyio.Event, grace: float) -> None:
     """Set ``stop`` on the first SIGTERM/SIGINT; exit the process if the graceful stop has
-    not finished ``grace`` seconds later, or on a second signal."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            if stop.is_set():
-                log.warning("second signal: exiting now")
-                os._exit(1)
-            log.info("signal %s: stopping gracefully", signal.Signals(signum).name)
-            stop.set()
-            break
+    not finished ``grace`` seconds later, or at once on a second signal. The caller
+    cancels this task when its graceful stop is done."""
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if stop.is_set():
+                    log.warning("second signal: exiting now")
+                    os._exit(1)
+                log.info("signal %s: stopping gracefully", signal.Signals(signum).name)
+                stop.set()
+                tg.start_soon(_exit_after, grace)
+
+
+async def _exit_after(grace: float) -> None:
     await anyio.sleep(grace)
     log.error("graceful stop took longer than %.0f s: exiting", grace)
     os._exit(1)
@@ -49,7 +54,13 @@ def boot(
     container.shoal.override(shoal)
     role.override(load_settings(role_settings))
     container.config.from_dict(  # type: ignore[attr-defined]
-        {"coordination": shoal.coordination, "transport": shoal.transport, "group": shoal.group}
+        {
+            "coordination": shoal.coordination,
+            "transport": shoal.transport,
+            "group": shoal.group,
+            "partitions": shoal.partitions,
+            "strategy": shoal.strategy,
+        }
     )
     configure_logging(shoal.log_format, shoal.log_level)
     anyio.run(serve, container)

@@ -9,16 +9,16 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.assignment import STRATEGIES
 from core.partitioning import DEFAULT_PARTITIONS
 
-COORDINATION_BACKENDS = ("etcd", "redis")
-TRANSPORT_BACKENDS = ("nats",)
+COORDINATION_BACKENDS = ("etcd", "redis", "kafka")
+TRANSPORT_BACKENDS = ("nats", "kafka")
 
 
 def default_instance_id(role: str) -> str:
@@ -65,6 +65,8 @@ class GatewaySettings(BaseSettings):
     max_messages_per_request: int = Field(default=10_000, ge=1)
     publish_timeout: float = Field(default=10.0, gt=0)
     retry_after_seconds: int = Field(default=2, ge=1)
+    # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
+    ledger_dir: Path | None = None
 
 
 class HandlerSettings(BaseSettings):
@@ -78,6 +80,9 @@ class HandlerSettings(BaseSettings):
     fetch_timeout: float = Field(default=0.5, gt=0)
     drain_timeout: float = Field(default=8.0, gt=0)
     retry_delay: float = Field(default=1.0, ge=0)
+    # A project counts toward project_count while it sent data this recently (seconds).
+    project_idle: float = Field(default=300.0, gt=0)
+    metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=0, ge=0, le=65535)
 
 
@@ -90,6 +95,18 @@ class LeaderSettings(BaseSettings):
     reconcile_interval: float = Field(default=20.0, gt=0)
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
+    # Status API base URLs of the other replicas: a standby shows the active leader's
+    # rebalance and scaling history (comma-separated from the environment).
+    peers: Annotated[tuple[str, ...], NoDecode] = ()
+    # `shoal analytics weights` output: the `weighted` strategy balances these loads.
+    weights_file: Path | None = None
+
+    @field_validator("peers", mode="before")
+    @classmethod
+    def _split_peers(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
 
 def _one_of(value: str, valid: tuple[str, ...]) -> str:

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from core.errors import PublishError
 from core.ingest import IngestLimits, InvalidRequestError, announcement, parse_body, stamp
-from core.messages import PROJECT_ID_PATTERN, is_valid_project_id
-from core.ports import Transport
+from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
+from core.ports import AcceptanceLedger, Transport
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 
@@ -65,8 +65,11 @@ def create_app(
     limits: IngestLimits,
     publish_timeout: float,
     retry_after_seconds: int,
+    ledger: AcceptanceLedger | None = None,
 ) -> FastAPI:
-    """The FastAPI app; the caller owns ``transport`` (entered before, closed after)."""
+    """The FastAPI app; the caller owns ``transport`` and ``ledger`` (entered before,
+    closed after). With a ledger, every reserved sequence range is recorded as accepted
+    or refused before the answer is sent."""
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
@@ -112,10 +115,26 @@ def create_app(
                 *envelopes,
             ]
         started = time.perf_counter()
+
+        async def record(outcome: Outcome) -> None:
+            if ledger is not None:
+                await ledger.record(
+                    LedgerEntry(
+                        gateway_id=gateway_id,
+                        project_id=project_id,
+                        first_sequence=envelopes[0].sequence,
+                        last_sequence=envelopes[-1].sequence,
+                        outcome=outcome,
+                        received_at=received_at,
+                        decided_at=time.time(),
+                    )
+                )
+
         try:
             with anyio.fail_after(publish_timeout):
                 await transport.publish(batch)
         except (PublishError, TimeoutError) as exc:
+            await record(Outcome.REFUSED)
             if first_time:
                 state.announced.discard(project_id)
             log.warning(
@@ -127,6 +146,7 @@ def create_app(
                 f"broker did not confirm the messages: {exc}",
                 **{"Retry-After": str(retry_after_seconds)},
             )
+        await record(Outcome.ACCEPTED)
         metrics.publish_seconds.observe(time.perf_counter() - started)
         metrics.published.inc(len(batch))
         metrics.accepted.inc(len(envelopes))

@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack
 import anyio
 from dependency_injector import containers, providers
 
+from adapters.ledger import JsonlLedger
 from core.ingest import IngestLimits
 from services.common.backends import Backends
 from services.common.http import embedded_server, serve_until
@@ -31,6 +32,9 @@ async def serve(container: GatewayContainer) -> None:
     settings: GatewaySettings = container.gateway()
     async with AsyncExitStack() as stack:
         transport = await stack.enter_async_context(container.backends.transport())
+        ledger = None
+        if settings.ledger_dir is not None:
+            ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, settings.id))
         app = create_app(
             transport,
             gateway_id=settings.id,
@@ -42,6 +46,7 @@ async def serve(container: GatewayContainer) -> None:
             ),
             publish_timeout=settings.publish_timeout,
             retry_after_seconds=settings.retry_after_seconds,
+            ledger=ledger,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()

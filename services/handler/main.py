@@ -35,7 +35,9 @@ class HandlerContainer(containers.DeclarativeContainer):
 async def serve(container: HandlerContainer) -> None:
     settings: HandlerSettings = container.handler()
     if settings.metrics_port:
-        start_http_server(settings.metrics_port, "127.0.0.1", registry=container.registry())
+        start_http_server(
+            settings.metrics_port, settings.metrics_host, registry=container.registry()
+        )
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         membership = await stack.enter_async_context(container.backends.membership())

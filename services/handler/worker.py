@@ -78,6 +78,7 @@ class Handler:
         self._coordination: Observed[int] = Observed(0)
         self._stopping = False
         self._projects: dict[Partition, set[str]] = {}
+        self._project_seen: dict[str, float] = {}  # project -> last data message (monotonic)
         self._landed_times: deque[tuple[float, int]] = deque(maxlen=64)
         self._last_message_id = ""
         self._process = psutil.Process()
@@ -295,6 +296,7 @@ class Handler:
                 announcements.append(delivery)
             else:
                 rows.append(LandedRow(envelope, ownership.generation, self._id, now))
+                self._project_seen[envelope.project_id] = time.monotonic()
         # Shielded: once a batch is fetched it is written and acked as a unit, unless the
         # lease is lost (then nothing is written and everything will be redelivered).
         with anyio.CancelScope(shield=True):
@@ -366,9 +368,21 @@ class Handler:
     def _stats(self) -> MemberStats:
         return MemberStats(
             cpu=self._process.cpu_percent(interval=None),
-            project_count=sum(len(self._projects.get(p, ())) for p in self.owned()),
+            project_count=self._active_projects(),
             last_message_id=self._last_message_id,
             rate=self._rate(),
+        )
+
+    def _active_projects(self) -> int:
+        """Projects of owned partitions that sent data within ``project_idle`` seconds: the
+        load the scaling policy weighs (registered projects only ever accumulate)."""
+        horizon = time.monotonic() - self._settings.project_idle
+        self._project_seen = {p: t for p, t in self._project_seen.items() if t >= horizon}
+        return sum(
+            1
+            for partition in self.owned()
+            for project in self._projects.get(partition, ())
+            if project in self._project_seen
         )
 
     def _rate(self) -> float:

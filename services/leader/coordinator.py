@@ -1,24 +1,27 @@
 """The active leader's loop: watch members (debounced), reconcile on change and every
-``reconcile_interval``, publish the strategy's assignment guarded by the term, and step
-down the moment leadership is lost. Standby replicas just campaign."""
+``reconcile_interval``, publish the strategy's assignment guarded by the term, run the
+autoscaling loop, and step down the moment leadership is lost. Standby replicas just
+campaign."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import anyio
 
 from core.assignment import AssignmentOptions, AssignmentRequest, Strategy
 from core.errors import FencedError, StoreUnavailableError
 from core.handoff import needs_rebalance
-from core.model import Assignment, Member, MemberId
+from core.model import Assignment, Member, MemberId, Partition
 from core.ports import AssignmentStore, Election, Leadership, Membership
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import LeaderSettings
+from services.leader.scaling import ScalingLoop
 
 log = logging.getLogger("shoal.leader")
 
@@ -47,6 +50,8 @@ class Coordinator:
         membership: Membership,
         store: AssignmentStore,
         options: AssignmentOptions | None = None,
+        scaling: ScalingLoop | None = None,
+        weights: Callable[[], Mapping[Partition, float]] | None = None,
     ) -> None:
         self._settings = settings
         self._partitions = partitions
@@ -55,6 +60,8 @@ class Coordinator:
         self._membership = membership
         self._store = store
         self._options = options or AssignmentOptions()
+        self._weights = weights
+        self.scaling = scaling
         self.leadership: Leadership | None = None
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)
 
@@ -100,30 +107,65 @@ class Coordinator:
 
             tg.start_soon(on_lost)
             tg.start_soon(watch_members)
-            tg.start_soon(self._reconcile_loop, leadership, members)
+
+            async def reconcile_until_fenced() -> None:
+                await self._reconcile_loop(leadership, members)
+                tg.cancel_scope.cancel()  # fenced: step down, then campaign again
+
+            tg.start_soon(reconcile_until_fenced)
+            if self.scaling is not None and self.scaling.enabled:
+                # Inside the leadership's task group: cancelled the moment it is lost.
+                tg.start_soon(self.scaling.run, leadership)
 
     async def _reconcile_loop(
         self, leadership: Leadership, members: Observed[frozenset[MemberId]]
     ) -> None:
+        """Reconcile after each (debounced) member change and every ``reconcile_interval``;
+        return when a publish is fenced (a newer leader exists)."""
         while True:
             # Debounce: a burst of joins (a scale-up) becomes one rebalance.
             while await members.wait_change(within=self._settings.debounce):
                 pass
+            live = members.value
             try:
-                await self.reconcile(leadership, members.value)
+                await self.reconcile(leadership, live)
             except FencedError as exc:
                 log.warning("publish fenced; stepping down", extra=fields(error=str(exc)))
                 return
             except StoreUnavailableError as exc:
-                log.warning("reconcile failed; will retry", extra=fields(error=str(exc)))
+                log.warning("reconcile failed; retrying", extra=fields(error=str(exc)))
+                await members.wait_change(within=1.0)
+                continue
+            if members.value != live:
+                continue  # changed while reconciling: that change was not waited for
             await members.wait_change(within=self._settings.reconcile_interval)
+
+    def _refresh_weights(self) -> bool:
+        """Re-read the weights (``shoal analytics weights`` output); True when they changed.
+        A file that cannot be read keeps the weights in force, and says why."""
+        if self._weights is None:
+            return False
+        try:
+            weights = dict(self._weights())
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "partition weights not read; keeping the last", extra=fields(error=str(exc))
+            )
+            return False
+        if weights == dict(self._options.partition_weights):
+            return False
+        self._options = replace(self._options, partition_weights=weights)
+        log.info("partition weights changed", extra=fields(partitions=len(weights)))
+        return True
 
     async def reconcile(
         self, leadership: Leadership, live: frozenset[MemberId]
     ) -> Assignment | None:
-        """Publish a new generation if the live members and the stored assignment disagree."""
+        """Publish a new generation if the live members and the stored assignment disagree,
+        or the measured partition weights changed (they only matter to ``weighted``)."""
         previous = await self._store.current()
-        if not needs_rebalance(previous, live):
+        weights_changed = self._refresh_weights()
+        if not needs_rebalance(previous, live) and not (weights_changed and live):
             return None
         previous = previous or Assignment.empty(self._partitions)
         started = time.perf_counter()

@@ -1,7 +1,14 @@
-"""The leader's composition root: campaign and lead, and serve the status API meanwhile."""
+"""The leader's composition root: campaign and lead, and serve the status API meanwhile.
+
+The scaler is picked by ``SHOAL_SCALING_SCALER`` (a Selector): ``none``, ``local``
+(``LocalProcessScaler``, ``SHOAL_LOCAL_*``) or ``kubernetes`` (``KubernetesScaler``,
+``SHOAL_K8S_*``). It is entered only when autoscaling is on, so a leader without it
+never touches a cluster or starts a process.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import AsyncExitStack
 
@@ -9,13 +16,19 @@ import anyio
 from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry
 
+from adapters.kubernetes import KubernetesScaler, KubernetesSettings
+from adapters.local import LocalProcessScaler, LocalScalerSettings
+from adapters.spark import read_weights_file
 from core.assignment import strategy_named
+from core.ports import Scaler
 from services.common.backends import Backends
 from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
-from services.common.settings import LeaderSettings, ShoalSettings
+from services.common.settings import LeaderSettings, ShoalSettings, load_settings
 from services.leader.coordinator import Coordinator
+from services.leader.scaling import ScalingLoop
+from services.leader.settings import AutoscalingSettings
 from services.leader.status import StatusReader, create_status_app
 
 log = logging.getLogger("shoal.leader")
@@ -24,20 +37,43 @@ log = logging.getLogger("shoal.leader")
 class LeaderContainer(containers.DeclarativeContainer):
     shoal = providers.Singleton(ShoalSettings)
     leader = providers.Singleton(LeaderSettings)
+    scaling = providers.Singleton(AutoscalingSettings)
+    local_scaler_settings = providers.Singleton(LocalScalerSettings)
+    kubernetes_settings = providers.Singleton(KubernetesSettings)
     config = providers.Configuration(strict=True)
     backends = providers.Container(Backends, config=config)
     registry = providers.Singleton(CollectorRegistry)
+    scaler = providers.Selector(
+        scaling.provided.scaler,
+        none=providers.Object(None),
+        local=providers.Factory(LocalProcessScaler, local_scaler_settings),
+        kubernetes=providers.Factory(KubernetesScaler, kubernetes_settings),
+    )
 
 
 async def serve(container: LeaderContainer) -> None:
     shoal: ShoalSettings = container.shoal()
     settings: LeaderSettings = container.leader()
+    scaling_settings: AutoscalingSettings = container.scaling()
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         election = await stack.enter_async_context(container.backends.election())
         membership = await stack.enter_async_context(container.backends.membership())
         store = await stack.enter_async_context(container.backends.assignment_store())
         transport = await stack.enter_async_context(container.backends.transport())
+        scaler: Scaler | None = None
+        if scaling_settings.active:
+            # Left first (the stack unwinds in reverse), after the signal watcher: local
+            # children drain within the scaler's own bound (SHOAL_LOCAL_STOP_TIMEOUT).
+            scaler = await stack.enter_async_context(container.scaler())
+        scaling = ScalingLoop(
+            settings=scaling_settings,
+            partitions=shoal.partitions,
+            scaler=scaler,
+            membership=membership,
+            transport=transport,
+            registry=container.registry(),
+        )
         coordinator = Coordinator(
             settings=settings,
             partitions=shoal.partitions,
@@ -45,6 +81,10 @@ async def serve(container: LeaderContainer) -> None:
             election=election,
             membership=membership,
             store=store,
+            scaling=scaling,
+            weights=None
+            if settings.weights_file is None
+            else functools.partial(read_weights_file, settings.weights_file, shoal.partitions),
         )
         reader = StatusReader(
             coordinator=coordinator,
@@ -53,13 +93,18 @@ async def serve(container: LeaderContainer) -> None:
             store=store,
             transport=transport,
             partitions=shoal.partitions,
+            peers=settings.peers,
         )
         server = embedded_server(
             create_status_app(reader, container.registry()), settings.host, settings.port
         )
         log.info(
             "leader starting",
-            extra=fields(id=settings.id, status=f"http://{settings.host}:{settings.port}/status"),
+            extra=fields(
+                id=settings.id,
+                status=f"http://{settings.host}:{settings.port}/status",
+                scaler=scaling_settings.scaler if scaling.enabled else "none",
+            ),
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, 10.0)
@@ -71,8 +116,19 @@ async def serve(container: LeaderContainer) -> None:
     log.info("leader stopped", extra=fields(id=settings.id))
 
 
+def configure_scaling(container: LeaderContainer) -> None:
+    """Read ``SHOAL_SCALING_*`` and the selected scaler's settings; exit 2 on a bad value."""
+    scaling = load_settings(AutoscalingSettings)
+    container.scaling.override(scaling)
+    if scaling.active and scaling.scaler == "local":
+        container.local_scaler_settings.override(load_settings(LocalScalerSettings))
+    elif scaling.active and scaling.scaler == "kubernetes":
+        container.kubernetes_settings.override(load_settings(KubernetesSettings))
+
+
 def main() -> None:
     container = LeaderContainer()
+    configure_scaling(container)
     boot(container, container.leader, LeaderSettings, serve)
 
 

@@ -1,16 +1,19 @@
 """The read-only status API every leader replica serves (active or standby).
 
 ``GET /status`` is the document behind ``shoal status --json``: ``leader``, ``members``
-and ``partitions`` (each with ``partition``, ``owner``, ``generation``, ``lag``).
+and ``partitions`` (each with ``partition``, ``owner``, ``generation``, ``lag``), and
+``scaling`` (see ``StatusReader.scaling``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 import anyio
+import httpx
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Gauge
@@ -18,6 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from core.ports import AssignmentStore, Election, Membership, Transport
 from services.common.metrics import metrics_response
 from services.leader.coordinator import Coordinator
+from services.leader.dashboard import mount_dashboard
 
 
 class StatusReader:
@@ -33,6 +37,7 @@ class StatusReader:
         transport: Transport,
         partitions: int,
         lag_ttl: float = 2.0,
+        peers: Sequence[str] = (),
     ) -> None:
         self._coordinator = coordinator
         self._election = election
@@ -41,6 +46,7 @@ class StatusReader:
         self._transport = transport
         self._partitions = partitions
         self._lag_ttl = lag_ttl
+        self._peers = tuple(p.rstrip("/") for p in peers)
         self._lag: list[int | None] = [None] * partitions
         self._lag_read_at = 0.0
 
@@ -68,7 +74,32 @@ class StatusReader:
         self._lag, self._lag_read_at = lags, time.monotonic()
         return lags
 
-    async def document(self) -> dict[str, Any]:
+    async def document(self, *, ask_peers: bool = True) -> dict[str, Any]:
+        """The status document. A standby replica keeps no rebalance or scaling history of
+        its own (the active leader makes them): it copies those sections from whichever
+        of its ``peers`` is active, so every replica's dashboard tells the whole story."""
+        document = await self._local_document()
+        if ask_peers and not document["served_by"]["active"] and self._peers:
+            active = await self._active_peer_document()
+            if active is not None:
+                document["rebalances"] = active["rebalances"]
+                document["scaling"] = active["scaling"]
+                document["history_from"] = active["served_by"]["id"]
+        return document
+
+    async def _active_peer_document(self) -> dict[str, Any] | None:
+        async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
+            for peer in self._peers:
+                try:
+                    response = await client.get(f"{peer}/status", params={"local": "true"})
+                    peer_doc: dict[str, Any] = response.json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if peer_doc.get("served_by", {}).get("active"):
+                    return peer_doc
+        return None
+
+    async def _local_document(self) -> dict[str, Any]:
         leader = await self._election.leader()
         members = await self._membership.members()
         assignment = await self._store.current()
@@ -100,7 +131,17 @@ class StatusReader:
             ],
             "partitions": partitions,
             "rebalances": [asdict(r) for r in reversed(self._coordinator.rebalances)],
+            "scaling": await self.scaling(),
         }
+
+    async def scaling(self) -> dict[str, Any]:
+        """Autoscaling: scaler, current replicas, bounds, and the last decisions (newest
+        first, with time, decision, rule, reason, replicas before/after). A standby shows
+        the decisions of its own past terms; ``active`` tells whether it scales now."""
+        loop = self._coordinator.scaling
+        if loop is None:
+            return {"enabled": False, "scaler": "none", "active": False, "decisions": []}
+        return await loop.status()
 
 
 def create_status_app(reader: StatusReader, registry: CollectorRegistry) -> FastAPI:
@@ -110,8 +151,8 @@ def create_status_app(reader: StatusReader, registry: CollectorRegistry) -> Fast
     )
 
     @app.get("/status")
-    async def status() -> Response:
-        document = await reader.document()
+    async def status(local: bool = False) -> Response:
+        document = await reader.document(ask_peers=not local)
         for entry in document["partitions"]:
             if entry["lag"] is not None:
                 lag_gauge.labels(partition=str(entry["partition"])).set(entry["lag"])
@@ -125,4 +166,5 @@ def create_status_app(reader: StatusReader, registry: CollectorRegistry) -> Fast
     async def metrics() -> Response:
         return metrics_response(registry)
 
+    mount_dashboard(app, reader)
     return app

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +38,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 MESSAGES = 100_000
 # Every coordination backend with every transport the issue names; switching is only env.
-BACKEND_MATRIX = [("etcd", "nats"), ("redis", "nats")]
+BACKEND_MATRIX = [
+    ("etcd", "nats"),
+    ("redis", "nats"),
+    ("kafka", "kafka"),
+    ("etcd", "kafka"),
+    ("redis", "kafka"),
+]
 JOIN_LIMIT = 2.0  # a joining handler lands its first row within this of being granted
 FAILOVER_LIMIT = LEASE_TTL + 2.0  # a dead handler's partitions land again within this
 PAUSE = LEASE_TTL + 3.0  # SIGSTOP this long: past the lease
@@ -273,6 +281,41 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
     assert wrong_payload == 0, "landed payloads differ from what was sent under that id"
     assert not_data == 0, "announcements must not be landed as data rows"
     assert len(accepted) == MESSAGES, f"the gateway did not accept everything: {figures}"
+
+    # The Spark audit, run as an operator would on this landing zone (drained: the load
+    # stopped and every accepted message landed), agrees with what the test counted.
+    audit = run_audit(cluster.data_dir)
+    print(
+        f"E2E audit[{coordination}+{transport}]: accepted={audit['accepted']} "
+        f"landed={audit['landed']} lost={audit['lost']} duplicated={audit['duplicated']} "
+        f"accepted_from={audit['accepted_from']} nines={audit['nines_text']!r}"
+    )
+    assert audit["lost"] == 0
+    assert audit["accepted"] == len(accepted)
+    assert audit["duplicated"] == figures["duplicate_rows"]
+
+
+def run_audit(data_dir: Path) -> dict[str, Any]:
+    """``shoal analytics audit DATA --drain-marker --json`` in a subprocess."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.cli.main",
+            "analytics",
+            "audit",
+            str(data_dir),
+            "--drain-marker",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"audit exited {done.returncode}: {done.stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def _payload_mismatches(table: Any, accepted: dict[str, int]) -> int:

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Sequence
 import httpx
 import pytest
 
-from adapters.memory import InMemoryTransport
+from adapters.memory import InMemoryLedger, InMemoryTransport
 from core.errors import PublishError
 from core.ingest import IngestLimits
-from core.messages import Envelope, MessageKind
+from core.messages import Envelope, MessageKind, Outcome
 from core.partitioning import partition_for
 from services.gateway.app import create_app
 
@@ -26,7 +26,9 @@ class RefusingTransport(InMemoryTransport):
         raise PublishError(f"0 of {len(envelopes)} stored: no responders")
 
 
-async def _client(transport: InMemoryTransport) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(
+    transport: InMemoryTransport, ledger: InMemoryLedger | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(
         transport,
         gateway_id="gw-test",
@@ -34,6 +36,7 @@ async def _client(transport: InMemoryTransport) -> AsyncIterator[httpx.AsyncClie
         limits=IngestLimits(max_body_bytes=10_000, max_message_bytes=1_000, max_messages=50),
         publish_timeout=5.0,
         retry_after_seconds=3,
+        ledger=ledger,
     )
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://gw"
@@ -131,3 +134,20 @@ async def test_health_and_metrics_when_messages_were_accepted(client: httpx.Asyn
     metrics = (await client.get("/metrics")).text
     assert "shoal_gateway_messages_accepted_total 2.0" in metrics
     assert json.loads((await client.get("/healthz")).text)["gateway_id"] == "gw-test"
+
+
+async def test_ledger_records_accepted_and_refused_ranges_when_a_ledger_is_given() -> None:
+    ledger = InMemoryLedger()
+    async with InMemoryTransport() as memory:
+        async for client in _client(memory, ledger):
+            await client.post("/v1/projects/dev-5/messages", content=b'{"a": 1}\n{"a": 2}')
+            await client.post("/v1/projects/bad.id/messages", json={"a": 1})  # reserves nothing
+    async with RefusingTransport() as refusing:
+        async for client in _client(refusing, ledger):
+            await client.post("/v1/projects/dev-5/messages", json={"a": 3})
+    assert [
+        (e.project_id, e.first_sequence, e.last_sequence, e.outcome) for e in ledger.entries
+    ] == [
+        ("dev-5", 1, 2, Outcome.ACCEPTED),
+        ("dev-5", 1, 1, Outcome.REFUSED),  # a second gateway app: its own sequences
+    ]
