@@ -1,5 +1,5 @@
 """In-process adapters: the same semantics as the real ones, checked by the same contract
-suites, for service-level tests and ``--coordination memory``.
+suites, for service-level tests.
 
 Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership``,
 ``InMemoryElection`` and ``InMemoryAssignmentStore`` (one class per port).

@@ -38,7 +38,7 @@ def _start(group: srv.ServerGroup, kind: str, args: argparse.Namespace) -> list[
         redis = group.start(srv.start_redis, d, keep=keep)
         return [
             f"redis: {redis.url}  ({_describe(redis)})",
-            f"export SHOAL_TEST_REDIS_URL={redis.url}",
+            f"export SHOAL_REDIS_URL={redis.url} SHOAL_TEST_REDIS_URL={redis.url}",
         ]
     if kind == "kafka":
         kafka = group.start(srv.start_kafka, d, keep=keep)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from contextlib import AsyncExitStack
 
 import anyio
@@ -30,14 +31,17 @@ class GatewayContainer(containers.DeclarativeContainer):
 async def serve(container: GatewayContainer) -> None:
     shoal: ShoalSettings = container.shoal()
     settings: GatewaySettings = container.gateway()
+    # Sequences live in this process's memory: a restarted gateway must not reuse its old
+    # series, so every process gets its own id even when SHOAL_GATEWAY_ID is fixed.
+    gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
         transport = await stack.enter_async_context(container.backends.transport())
         ledger = None
         if settings.ledger_dir is not None:
-            ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, settings.id))
+            ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))
         app = create_app(
             transport,
-            gateway_id=settings.id,
+            gateway_id=gateway_id,
             partitions=shoal.partitions,
             limits=IngestLimits(
                 max_body_bytes=settings.max_body_bytes,
@@ -52,13 +56,13 @@ async def serve(container: GatewayContainer) -> None:
         stop = anyio.Event()
         log.info(
             "gateway starting",
-            extra=fields(id=settings.id, url=f"http://{settings.host}:{settings.port}"),
+            extra=fields(id=gateway_id, url=f"http://{settings.host}:{settings.port}"),
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, 15.0)
             await serve_until(server, stop)
             tg.cancel_scope.cancel()
-    log.info("gateway stopped", extra=fields(id=settings.id))
+    log.info("gateway stopped", extra=fields(id=gateway_id))
 
 
 def main() -> None:

@@ -7,9 +7,9 @@ Periods are shortened by configuration: evaluation every 2 s, 4 s cooldown, pool
 handler): a burst published straight into the JetStream stream faster than the pool
 lands it, until the pool has grown to its max; then nothing, so it drains and shrinks.
 
-Why the lag and not project_count: a handler's project_count is the number of projects
-registered on its partitions, and the registry only grows (no project is ever closed),
-so it cannot express "idle". The project-count rules keep the reference's values; the
+Why the lag and not project_count: a handler's project_count counts the registered
+projects of its partitions that sent data in the last ``SHOAL_HANDLER_PROJECT_IDLE``
+(300 s), longer than this test. The project-count rules keep the reference's values; the
 messages are data without announcements, so project_count stays 0 and the pool is
 "idle" (average below ``low_load_threshold`` 2) as soon as the lag allows it. The cpu
 rule is switched off (``cpu_max_usage`` 1000): on two shared cores cpu is noise.
