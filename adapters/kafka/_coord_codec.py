@@ -10,12 +10,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.model import Assignment, MemberId, MemberStats, Partition
+from adapters._json import dumps as shared_dumps
+from adapters._json import (
+    loads_object,
+    stats_from_json,
+    stats_to_json,
+)
+from core.model import MemberId, MemberStats, Partition
 
 __all__ = [
     "CANDIDATE",
@@ -42,37 +47,7 @@ NO_STATS = MemberStats()
 
 
 def dumps(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def loads_object(raw: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{what}: not JSON: {raw[:80]!r}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"{what}: expected a JSON object, got {raw[:80]!r}")
-    return value
-
-
-def stats_to_json(stats: MemberStats) -> dict[str, Any]:
-    return asdict(stats)
-
-
-def stats_from_json(value: object) -> MemberStats:
-    """Unknown keys are ignored and missing ones take their defaults (rolling upgrades)."""
-    if not isinstance(value, dict):
-        raise ValueError(f"member stats: expected an object, got {value!r}")
-    defaults = MemberStats()
-    try:
-        return MemberStats(
-            cpu=float(value.get("cpu", defaults.cpu)),
-            project_count=int(value.get("project_count", defaults.project_count)),
-            last_message_id=str(value.get("last_message_id", defaults.last_message_id)),
-            rate=float(value.get("rate", defaults.rate)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"member stats: {exc}: {value!r}") from exc
+    return shared_dumps(value).encode()
 
 
 # --- broadcast ---------------------------------------------------------------------------
@@ -318,23 +293,6 @@ def decode_stats_record(raw: bytes) -> tuple[str, MemberStats]:
 
 
 # --- assignments in log records ------------------------------------------------------------
-
-
-def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
-    return {
-        "generation": assignment.generation,
-        "owners": [list(owners) for owners in assignment.owners],
-    }
-
-
-def assignment_from_json(value: object) -> Assignment:
-    if not isinstance(value, dict):
-        raise ValueError(f"assignment: expected an object, got {value!r}")
-    generation = value.get("generation")
-    owners = value.get("owners")
-    if not isinstance(generation, int) or not isinstance(owners, list):
-        raise ValueError(f"assignment: expected generation and owners, got {value!r}")
-    return Assignment(generation, tuple(tuple(str(m) for m in o) for o in owners))
 
 
 # --- strict field readers ------------------------------------------------------------------

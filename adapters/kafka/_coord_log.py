@@ -38,7 +38,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from adapters.kafka._coord_codec import assignment_from_json, dumps, loads_object
+from adapters._json import assignment_from_json, loads_object
+from adapters.kafka._coord_codec import dumps
 from adapters.kafka._coord_tail import Appender, TopicTail
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 
+from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
-from adapters.kafka._coord_codec import assignment_to_json
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
 from core.errors import FencedError

@@ -9,11 +9,17 @@
 
 from __future__ import annotations
 
-import json
 import secrets
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
+from adapters._json import (
+    assignment_from_json,
+    assignment_to_json,
+    dumps,
+    loads_object,
+    stats_from_json,
+    stats_to_json,
+)
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.ports import Hold, LeaderInfo
 
@@ -30,20 +36,6 @@ def new_version() -> int:
     return secrets.randbits(52) + 1
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _loads_object(raw: bytes | str, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{what}: not JSON: {raw[:80]!r}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"{what}: expected a JSON object, got {raw[:80]!r}")
-    return value
-
-
 def _text(raw: bytes, what: str) -> str:
     try:
         return raw.decode()
@@ -55,7 +47,7 @@ def _text(raw: bytes, what: str) -> str:
 
 
 def encode_member(token: str, stats: MemberStats) -> str:
-    return f"{token}:{_dumps(asdict(stats))}"
+    return f"{token}:{dumps(stats_to_json(stats))}"
 
 
 def decode_member(raw: bytes) -> MemberStats:
@@ -63,17 +55,7 @@ def decode_member(raw: bytes) -> MemberStats:
     token, sep, stats = _text(raw, "member").partition(":")
     if not sep or not token:
         raise ValueError(f"member: expected token:stats, got {raw[:80]!r}")
-    value = _loads_object(stats, "member stats")
-    defaults = MemberStats()
-    try:
-        return MemberStats(
-            cpu=float(value.get("cpu", defaults.cpu)),
-            project_count=int(value.get("project_count", defaults.project_count)),
-            last_message_id=str(value.get("last_message_id", defaults.last_message_id)),
-            rate=float(value.get("rate", defaults.rate)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"member stats: {exc}: {raw[:80]!r}") from exc
+    return stats_from_json(loads_object(stats, "member stats"))
 
 
 # --- leader ----------------------------------------------------------------------------
@@ -96,38 +78,26 @@ class StoredAssignment:
 
 
 def encode_assignment(assignment: Assignment, term: int) -> str:
-    return _dumps(
-        {
-            "generation": assignment.generation,
-            "owners": [list(owners) for owners in assignment.owners],
-            "term": term,
-        }
-    )
+    return dumps({**assignment_to_json(assignment), "term": term})
 
 
 def decode_assignment(raw: bytes) -> StoredAssignment:
-    value = _loads_object(raw, "assignment")
-    try:
-        generation = value["generation"]
-        owners = value["owners"]
-        term = value["term"]
-        if not isinstance(generation, int) or not isinstance(term, int):
-            raise TypeError("generation and term must be integers")
-        parsed = tuple(tuple(str(m) for m in o) for o in owners)
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"assignment: {exc}: {raw[:80]!r}") from exc
-    return StoredAssignment(Assignment(generation=generation, owners=parsed), term)
+    value = loads_object(raw, "assignment")
+    term = value.get("term")
+    if not isinstance(term, int) or isinstance(term, bool):
+        raise ValueError(f"assignment: term must be an integer: {raw[:80]!r}")
+    return StoredAssignment(assignment_from_json(value), term)
 
 
 # --- holds -----------------------------------------------------------------------------
 
 
 def encode_hold(member_id: MemberId, generation: int, version: int) -> str:
-    return _dumps({"generation": generation, "member": member_id, "version": version})
+    return dumps({"generation": generation, "member": member_id, "version": version})
 
 
 def decode_hold(partition: Partition, raw: bytes) -> Hold:
-    value = _loads_object(raw, "hold")
+    value = loads_object(raw, "hold")
     member, generation = value.get("member"), value.get("generation")
     version = value.get("version")
     if (

@@ -268,16 +268,17 @@ def test_cli_prints_urls_and_stops_on_sigterm() -> None:
         try:
             first = lines.get(timeout=15)
             export = lines.get(timeout=5)
-        except queue.Empty:
-            proc.kill()
-            raise
-        m = re.search(r"redis://127\.0\.0\.1:(\d+) .*pid (\d+)", first)
-        assert m, first
-        port, pid = int(m[1]), int(m[2])
-        assert export.strip() == f"export SHOAL_TEST_REDIS_URL=redis://127.0.0.1:{port}"
-        assert redis_command(port, "PING") == b"+PONG\r\n"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+            m = re.search(r"redis://127\.0\.0\.1:(\d+) .*pid (\d+)", first)
+            assert m, first
+            port, pid = int(m[1]), int(m[2])
+            url = f"redis://127.0.0.1:{port}"
+            assert export.strip() == f"export SHOAL_REDIS_URL={url} SHOAL_TEST_REDIS_URL={url}"
+            assert redis_command(port, "PING") == b"+PONG\r\n"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:  # a failed check must not leave `with Popen` waiting
+                proc.kill()
     assert not pid_alive(pid)
 
 
