@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import anyio
+from prometheus_client import CollectorRegistry, Counter
 
 from core.assignment import AssignmentOptions, AssignmentRequest, Strategy
 from core.errors import FencedError, StoreUnavailableError
@@ -52,6 +53,7 @@ class Coordinator:
         options: AssignmentOptions | None = None,
         scaling: ScalingLoop | None = None,
         weights: Callable[[], Mapping[Partition, float]] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self._settings = settings
         self._partitions = partitions
@@ -64,6 +66,13 @@ class Coordinator:
         self.scaling = scaling
         self.leadership: Leadership | None = None
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)
+        registry = registry if registry is not None else CollectorRegistry()
+        self._published = Counter(
+            "shoal_leader_rebalances", "Assignments published by this replica", registry=registry
+        )
+        self._moved = Counter(
+            "shoal_leader_partitions_moved", "Partitions that changed owner", registry=registry
+        )
 
     @property
     def leader_id(self) -> MemberId:
@@ -191,6 +200,8 @@ class Coordinator:
             compute_seconds=compute_seconds,
         )
         self.rebalances.append(record)
+        self._published.inc()
+        self._moved.inc(record.moved)
         log.info(
             "published assignment",
             extra=fields(

@@ -85,6 +85,7 @@ async def serve(container: LeaderContainer) -> None:
             weights=None
             if settings.weights_file is None
             else functools.partial(read_weights_file, settings.weights_file, shoal.partitions),
+            registry=container.registry(),
         )
         reader = StatusReader(
             coordinator=coordinator,
