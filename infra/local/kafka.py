@@ -219,8 +219,8 @@ def _format(java: Path, libs: Path, node_dir: Path, cluster_id: str) -> None:
         f"{libs}/*",
         "kafka.tools.StorageTool",
         "format",
-        "-t",
-        cluster_id,
+        # One token: an id may start with "-", which argparse would take for an option.
+        f"--cluster-id={cluster_id}",
         "-c",
         str(node_dir / "server.properties"),
     ]

@@ -22,7 +22,8 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 )
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped, unused-ignore]
 
-from infra.local._kafka_dist import default_libs_dir, fetch_kafka, kafka_libs
+from infra.local import kafka
+from infra.local._kafka_dist import default_libs_dir, fetch_kafka, find_java, kafka_libs
 from infra.local._kafka_probe import metadata
 from infra.local._testservers import ServerInfo, _external
 from infra.local.kafka import RunningKafka, new_cluster_id
@@ -215,3 +216,16 @@ def test_session_fixture_serves_a_ready_broker(kafka_server: ServerInfo) -> None
     assert view is not None and view.brokers and view.controller_id >= 0
     if kafka_server.mode == "local":
         assert kafka_server.process is not None and kafka_server.process.running()
+
+
+def test_storage_format_takes_a_cluster_id_that_starts_with_a_dash(tmp_path: Path) -> None:
+    """Kafka's argparse would read "-Sk..." as an option: one cluster id in 64 starts so."""
+    (tmp_path / "server.properties").write_text(
+        "process.roles=broker,controller\nnode.id=1\n"
+        "controller.quorum.voters=1@127.0.0.1:1\n"
+        "listeners=PLAINTEXT://127.0.0.1:2,CONTROLLER://127.0.0.1:1\n"
+        "controller.listener.names=CONTROLLER\n"
+        f"log.dirs={tmp_path / 'data'}\n"
+    )
+    kafka._format(find_java(), kafka_libs(), tmp_path, "-SkMfWCAR5ya4bpNlIbfzQ")
+    assert "-SkMfWCAR5ya4bpNlIbfzQ" in (tmp_path / "data" / "meta.properties").read_text()
