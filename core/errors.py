@@ -57,3 +57,8 @@ class PublishError(ShoalError):
 
 class StoreUnavailableError(ShoalError):
     """The coordination store did not answer in time."""
+
+
+class OwnershipLostError(ShoalError):
+    """The writer no longer owns what it was writing (its lease is lost, or about to be):
+    nothing was made visible."""

@@ -13,7 +13,14 @@ from core.errors import ShoalError
 from core.messages import Envelope, MessageKind, is_valid_project_id
 from core.partitioning import partition_for
 
-__all__ = ["IngestLimits", "InvalidRequestError", "announcement", "parse_body", "stamp"]
+__all__ = [
+    "IngestLimits",
+    "InvalidRequestError",
+    "announcement",
+    "parse_body",
+    "stamp",
+    "unprocessable",
+]
 
 
 class InvalidRequestError(ShoalError, ValueError):
@@ -129,3 +136,16 @@ def announcement(
         payload=b"{}",
         kind=MessageKind.ANNOUNCE,
     )
+
+
+def unprocessable(envelope: Envelope, partition: int) -> str | None:
+    """Why a message delivered on ``partition`` can never be processed (it then goes to
+    the dead letters at once, since retrying cannot help), or None when it can be.
+
+    Only the message itself counts here: a broken store or disk is never a reason.
+    """
+    if not is_valid_project_id(envelope.project_id):
+        return f"project id {envelope.project_id!r} is not one safe token"
+    if envelope.partition != partition:
+        return f"it names partition {envelope.partition} but was stored on partition {partition}"
+    return None

@@ -9,7 +9,7 @@ suite in ``tests/contract``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,11 +39,15 @@ class MembershipLease(Protocol):
     @property
     def member_id(self) -> MemberId: ...
 
-    def is_lost(self) -> bool:
-        """True once the lease is known lost, or its deadline (last renewal + TTL) has passed.
+    def is_lost(self, margin: float = 0.0) -> bool:
+        """True once the lease is known lost, or its deadline (last renewal + TTL) is less
+        than ``margin`` seconds away.
 
         The deadline check needs no I/O, so a process resumed after a pause sees the loss
-        before it touches anything, even if no renewal has failed yet.
+        before it touches anything, even if no renewal has failed yet. A positive
+        ``margin`` asks "will it still hold once I have done something that takes this
+        long": the handler passes its write time plus clock slack before a file becomes
+        visible.
         """
         ...
 
@@ -195,8 +199,28 @@ class Delivery(Protocol):
 
 
 class Subscription(Protocol):
+    @property
+    def ack_wait(self) -> float:
+        """Seconds a delivery may stay unsettled before it is redelivered: whoever holds
+        deliveries longer must ``keep_alive`` them well within it."""
+        ...
+
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109 (the broker-side pull wait)
         """Up to ``max_messages`` deliveries; an empty sequence when none arrived in ``timeout``."""
+        ...
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Ack every one of ``deliveries`` (fetched from this subscription) in bulk: one
+        round trip to the broker, not one per message. Deliveries already settled, or
+        expired and redelivered since, are skipped. Raises ``TimeoutError`` when the broker
+        did not confirm in time: then some may come back (at-least-once, never lost)."""
+        ...
+
+    async def keep_alive(self, deliveries: Sequence[Delivery]) -> None:
+        """Tell the broker these deliveries are still being worked on, so their ack
+        deadline starts again instead of expiring into a redelivery (NATS's in-progress
+        ack). Spends no delivery attempt. Best effort: never raises for a broker that is
+        down (the deliveries then expire as usual)."""
         ...
 
     async def close(self) -> None:
@@ -224,8 +248,16 @@ class Transport(Protocol):
 
 
 class Sink(Protocol):
-    async def write(self, rows: Sequence[LandedRow]) -> None:
-        """Durably write ``rows``; return only when they are on disk (the caller acks after).
+    async def write(
+        self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
+    ) -> int:
+        """Durably write ``rows``; return only when they are on disk (the caller acks
+        after), with the number of files made visible.
+
+        The data is written and synced under a hidden name first; ``still_valid`` is
+        called right before the rows become visible (the rename), after the slow part:
+        when it returns False nothing becomes visible and ``OwnershipLostError`` is
+        raised. Raises ``OSError`` when the storage refuses; nothing is visible then.
 
         A redelivered message may land twice; every row carries its ``message_id`` so
         readers (the audit) count and drop duplicates."""

@@ -34,7 +34,7 @@ def test_partition_equals_sha256_big_endian_mod_p_when_text_is_arbitrary(
     assert partition_for(project_id, partitions) == _expected(project_id, partitions)
 
 
-@given(project_id=st.text(alphabet=st.characters(min_codepoint=0x80)))
+@given(project_id=st.text(alphabet=st.characters(min_codepoint=0x80, codec="utf-8")))
 def test_partition_uses_utf8_bytes_when_text_is_non_ascii(project_id: str) -> None:
     assert partition_for(project_id) == _expected(project_id, DEFAULT_PARTITIONS)
 

@@ -1,0 +1,97 @@
+"""When a handler's buffer becomes a file, and how long it waits after a failed write.
+
+Pure: the caller passes the buffer's size, the age of its oldest row and the clock reading.
+Kafka Connect's S3 sink and Flink's FileSink roll the same way: by record count, by size
+and by age, whichever comes first. Large files are the point (readers pay per file); the
+age bound keeps latency and the ack deadline of buffered messages in check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from core.errors import ShoalError
+
+__all__ = ["InvalidRollPolicyError", "RollPolicy", "RollReason", "retry_delay", "roll_reason"]
+
+
+class InvalidRollPolicyError(ShoalError, ValueError):
+    """A roll policy that could never roll, or would roll on every row."""
+
+
+class RollReason(StrEnum):
+    ROWS = "rows"  # the buffer holds max_rows rows
+    BYTES = "bytes"  # the buffer holds max_bytes payload bytes
+    AGE = "age"  # the oldest buffered row waited max_age seconds
+    HANDOVER = "handover"  # a partition's first rows since it was claimed waited handover_age
+    DRAIN = "drain"  # a partition is being handed over (or the handler stops): land now
+
+
+@dataclass(frozen=True, slots=True)
+class RollPolicy:
+    """Roll when the buffer reaches ``max_rows`` rows, ``max_bytes`` bytes, or when its
+    oldest row is ``max_age`` seconds old, whichever comes first.
+
+    A buffer holding the first rows of a partition since it was claimed (a handler that
+    joined, or took over from one that left or died) rolls after ``handover_age`` instead:
+    data of a moved partition shows up within a second, at the cost of one small file per
+    handover."""
+
+    max_rows: int = 20_000
+    max_bytes: int = 64 * 1024 * 1024
+    max_age: float = 10.0
+    handover_age: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_rows < 1:
+            raise InvalidRollPolicyError(f"max_rows must be at least 1, not {self.max_rows}")
+        if self.max_bytes < 1:
+            raise InvalidRollPolicyError(f"max_bytes must be at least 1, not {self.max_bytes}")
+        if not self.max_age > 0:
+            raise InvalidRollPolicyError(f"max_age must be above 0 s, not {self.max_age}")
+        if not self.handover_age > 0:
+            raise InvalidRollPolicyError(
+                f"handover_age must be above 0 s, not {self.handover_age}"
+            )
+
+    def due_at(self, oldest: float, *, handover: bool = False) -> float:
+        """When a buffer whose oldest row arrived at ``oldest`` rolls by age."""
+        return oldest + (min(self.max_age, self.handover_age) if handover else self.max_age)
+
+
+def roll_reason(
+    policy: RollPolicy,
+    *,
+    rows: int,
+    size: int,
+    oldest: float | None,
+    now: float,
+    handover: bool = False,
+) -> RollReason | None:
+    """Why a buffer of ``rows`` rows and ``size`` bytes, whose oldest row arrived at
+    ``oldest`` (``handover``: it holds a partition's first rows since its claim), must roll
+    at ``now``; None while it may keep filling (or is empty)."""
+    if rows == 0 or oldest is None:
+        return None
+    if rows >= policy.max_rows:
+        return RollReason.ROWS
+    if size >= policy.max_bytes:
+        return RollReason.BYTES
+    if now >= policy.due_at(oldest):
+        return RollReason.AGE
+    if handover and now >= policy.due_at(oldest, handover=True):
+        return RollReason.HANDOVER
+    return None
+
+
+def retry_delay(failures: int, *, base: float, cap: float) -> float:
+    """Exponential backoff after ``failures`` consecutive failures (1 -> ``base``),
+    doubling up to ``cap``. An infrastructure failure waits; it never spends a message's
+    delivery attempts."""
+    if failures < 1:
+        return 0.0
+    if base <= 0 or cap < base:
+        raise ValueError(f"need 0 < base <= cap, got base={base} cap={cap}")
+    # Bounded exponent: 2**1000 would overflow a float long before cap matters.
+    return min(cap, base * 2.0 ** min(failures - 1, 62))

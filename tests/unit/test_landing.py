@@ -1,0 +1,157 @@
+"""``core.landing``: when a buffer rolls into a file, and the backoff after a failed write;
+``core.ingest.unprocessable``: which messages go to the dead letters at once."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from core.ingest import unprocessable
+from core.landing import (
+    InvalidRollPolicyError,
+    RollPolicy,
+    RollReason,
+    retry_delay,
+    roll_reason,
+)
+from core.messages import PROJECT_ID_PATTERN, Envelope
+
+policies = st.builds(
+    RollPolicy,
+    max_rows=st.integers(1, 100_000),
+    max_bytes=st.integers(1, 2**40),
+    max_age=st.floats(0.001, 3600, allow_nan=False),
+    handover_age=st.floats(0.001, 3600, allow_nan=False),
+)
+times = st.floats(0, 1e9, allow_nan=False)
+
+
+def test_defaults_roll_by_the_first_bound_reached() -> None:
+    policy = RollPolicy(max_rows=10, max_bytes=1000, max_age=5.0)
+    assert roll_reason(policy, rows=9, size=999, oldest=0.0, now=4.9) is None
+    assert roll_reason(policy, rows=10, size=0, oldest=0.0, now=0.0) is RollReason.ROWS
+    assert roll_reason(policy, rows=1, size=1000, oldest=0.0, now=0.0) is RollReason.BYTES
+    assert roll_reason(policy, rows=1, size=1, oldest=0.0, now=5.0) is RollReason.AGE
+    assert roll_reason(policy, rows=0, size=0, oldest=None, now=99.0) is None
+
+
+@given(policies, st.integers(0, 200_000), st.integers(0, 2**41), times, st.floats(0, 1e4))
+def test_a_buffer_rolls_exactly_when_a_bound_is_reached(
+    policy: RollPolicy, rows: int, size: int, oldest: float, waited: float
+) -> None:
+    assume(rows > 0)
+    now = oldest + waited
+    reason = roll_reason(policy, rows=rows, size=size, oldest=oldest, now=now)
+    over = rows >= policy.max_rows or size >= policy.max_bytes or now >= policy.due_at(oldest)
+    assert (reason is not None) == over
+    if reason is RollReason.ROWS:
+        assert rows >= policy.max_rows
+    if reason is RollReason.BYTES:
+        assert rows < policy.max_rows and size >= policy.max_bytes
+    if reason is RollReason.AGE:
+        assert rows < policy.max_rows and size < policy.max_bytes
+
+
+@given(policies, st.integers(1, 200_000), st.integers(0, 2**41), times, st.floats(0, 1e4))
+def test_a_handover_buffer_rolls_by_the_shorter_age_and_otherwise_as_before(
+    policy: RollPolicy, rows: int, size: int, oldest: float, waited: float
+) -> None:
+    now = oldest + waited
+    plain = roll_reason(policy, rows=rows, size=size, oldest=oldest, now=now)
+    early = roll_reason(policy, rows=rows, size=size, oldest=oldest, now=now, handover=True)
+    if plain is not None:
+        assert early is plain  # a handover only ever rolls sooner
+    else:
+        due = policy.due_at(oldest, handover=True)
+        assert due <= policy.due_at(oldest)
+        assert (early is RollReason.HANDOVER) == (now >= due)
+
+
+def test_a_handover_rolls_after_handover_age_not_max_age() -> None:
+    policy = RollPolicy(max_rows=10, max_bytes=1000, max_age=5.0, handover_age=0.5)
+    assert roll_reason(policy, rows=1, size=1, oldest=0.0, now=0.4, handover=True) is None
+    assert (
+        roll_reason(policy, rows=1, size=1, oldest=0.0, now=0.5, handover=True)
+        is RollReason.HANDOVER
+    )
+    assert roll_reason(policy, rows=1, size=1, oldest=0.0, now=0.5) is None
+
+
+@given(policies, times, st.floats(0, 1e4))
+def test_an_empty_buffer_never_rolls(policy: RollPolicy, oldest: float, waited: float) -> None:
+    assert roll_reason(policy, rows=0, size=0, oldest=None, now=oldest + waited) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_rows": 0}, "max_rows must be at least 1"),
+        ({"max_bytes": 0}, "max_bytes must be at least 1"),
+        ({"max_age": 0.0}, "max_age must be above 0"),
+        ({"max_age": float("nan")}, "max_age must be above 0"),
+        ({"handover_age": 0.0}, "handover_age must be above 0"),
+    ],
+)
+def test_a_policy_that_cannot_work_is_refused(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(InvalidRollPolicyError, match=message):
+        RollPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_retry_delay_doubles_from_base_to_cap() -> None:
+    assert [retry_delay(n, base=0.5, cap=5.0) for n in range(0, 7)] == [
+        0.0,
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        5.0,
+        5.0,
+    ]
+
+
+@given(st.integers(1, 10_000), st.floats(0.001, 10), st.floats(0, 1000))
+def test_retry_delay_grows_and_stays_within_its_bounds(
+    failures: int, base: float, extra: float
+) -> None:
+    cap = base + extra
+    delay = retry_delay(failures, base=base, cap=cap)
+    assert base <= delay <= cap
+    assert retry_delay(failures + 1, base=base, cap=cap) >= delay
+
+
+def test_retry_delay_refuses_a_cap_below_base() -> None:
+    with pytest.raises(ValueError, match="0 < base <= cap"):
+        retry_delay(1, base=2.0, cap=1.0)
+
+
+def _envelope(project_id: str, partition: int) -> Envelope:
+    return Envelope(
+        message_id="m1",
+        project_id=project_id,
+        partition=partition,
+        gateway_id="gw",
+        sequence=1,
+        received_at=0.0,
+        payload=b"{}",
+    )
+
+
+@given(st.from_regex(PROJECT_ID_PATTERN, fullmatch=True), st.integers(0, 10_000))
+def test_a_well_formed_message_on_its_own_partition_is_processable(
+    project_id: str, partition: int
+) -> None:
+    assert unprocessable(_envelope(project_id, partition), partition) is None
+
+
+@given(st.text(max_size=80), st.integers(0, 10_000), st.integers(0, 10_000))
+def test_a_message_is_unprocessable_for_a_bad_project_or_a_foreign_partition(
+    project_id: str, named: int, stored_on: int
+) -> None:
+    problem = unprocessable(_envelope(project_id, named), stored_on)
+    bad_project = PROJECT_ID_PATTERN.fullmatch(project_id) is None
+    assert (problem is not None) == (bad_project or named != stored_on)
+    if bad_project:
+        assert problem is not None and "not one safe token" in problem
+    elif named != stored_on:
+        assert problem == f"it names partition {named} but was stored on partition {stored_on}"
