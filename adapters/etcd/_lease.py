@@ -58,8 +58,8 @@ class Lease:
     def lost_reason(self) -> str:
         return self._reason
 
-    def is_lost(self) -> bool:
-        return self._lost.is_set() or time.monotonic() >= self._deadline
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lost.is_set() or time.monotonic() + margin >= self._deadline
 
     async def wait_lost(self) -> None:
         await self._lost.wait()

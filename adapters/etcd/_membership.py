@@ -40,8 +40,8 @@ class EtcdMembershipLease:
         """etcd's id of the lease the member key is attached to."""
         return self._lease.id
 
-    def is_lost(self) -> bool:
-        return self._lease.is_lost()
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lease.is_lost(margin)
 
     async def wait_lost(self) -> None:
         await self._lease.wait_lost()

@@ -132,12 +132,12 @@ class GroupSession:
     def deadline(self) -> float:
         return self._deadline
 
-    def is_lost(self) -> bool:
+    def is_lost(self, margin: float = 0.0) -> bool:
         if self._lost.is_set():
             return True
         if not self._synced_once or self._joining:
             return False
-        return time.monotonic() >= self._deadline
+        return time.monotonic() + margin >= self._deadline
 
     async def wait_lost(self) -> None:
         await self._lost.wait()

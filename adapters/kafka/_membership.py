@@ -57,8 +57,8 @@ class KafkaMembershipLease:
     def lost_reason(self) -> str:
         return self._session.lost_reason or "not renewed before its deadline"
 
-    def is_lost(self) -> bool:
-        return self._left or self._session.is_lost()
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._left or self._session.is_lost(margin)
 
     async def wait_lost(self) -> None:
         await self._session.wait_lost()

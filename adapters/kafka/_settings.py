@@ -65,10 +65,17 @@ class KafkaSettings(BaseSettings):
     create_topics: bool = Field(default=True, description="create missing topics on enter")
 
     # per-message delivery semantics, emulated by the subscription (see _subscription)
-    ack_wait: float = Field(default=5.0, gt=0)
+    ack_wait: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds a delivery may stay unsettled (handlers keep buffered ones alive)",
+    )
     max_deliver: int = Field(default=10, ge=1)
     max_ack_pending: int = Field(
-        default=1000, ge=1, description="unsettled deliveries per subscription"
+        default=20_000,
+        ge=1,
+        description="unsettled deliveries per subscription (a handler's buffered rows of the "
+        "partition count: keep it at least the handler's roll_rows)",
     )
     duplicate_window: float = Field(
         default=120.0, ge=0, description="message-id de-duplication window (seconds)"

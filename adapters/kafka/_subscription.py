@@ -146,6 +146,7 @@ class KafkaSubscription:
         self._tp = tp
         self._ledger = ledger
         self._s = settings
+        self.ack_wait = settings.ack_wait
         self._dead = dead
         self._on_close = on_close
         self._entries: dict[int, _Entry] = {}
@@ -294,6 +295,9 @@ class KafkaSubscription:
             entry = self._entries.get(o)
             if entry is None or entry.token != token or entry.busy:
                 continue  # settled, superseded, or being terminated
+            if entry.inflight and entry.due > now:  # kept alive since
+                heapq.heappush(self._timed, (entry.due, o, token))
+                continue
             entry.inflight = False
             entry.token += 1
             if self._ledger.count(o) >= self._s.max_deliver:
@@ -339,7 +343,34 @@ class KafkaSubscription:
         self._settle(entry)
         await self._dead.notify(entry.envelope, reason, attempts)
 
-    # -- settlement (called by KafkaDelivery) -------------------------------------------
+    # -- settlement --------------------------------------------------------------------
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Settle every delivery of this subscription, then one commit for all of them;
+        ``TimeoutError`` when it was not confirmed."""
+        for delivery in deliveries:
+            if (
+                isinstance(delivery, KafkaDelivery)
+                and delivery._sub is self
+                and not delivery._settled
+            ):
+                delivery._settled = True
+                self._ack(delivery._entry, delivery._token)
+        await self._sync()
+
+    async def keep_alive(self, deliveries: Sequence[Delivery]) -> None:
+        """Push the ack deadline of every unsettled delivery back by ``ack_wait`` (local
+        only: Kafka has no per-record deadline; the subscription keeps them)."""
+        await anyio.lowlevel.checkpoint()
+        due = anyio.current_time() + self._s.ack_wait
+        for delivery in deliveries:
+            if (
+                isinstance(delivery, KafkaDelivery)
+                and delivery._sub is self
+                and not delivery._settled
+                and self._holds(delivery._entry, delivery._token)
+            ):
+                delivery._entry.due = due
 
     def _holds(self, entry: _Entry, token: int) -> bool:
         return (

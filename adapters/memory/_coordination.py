@@ -43,8 +43,8 @@ class MemoryLease:
         self._paused = False
         self._scope: anyio.CancelScope | None = None
 
-    def is_lost(self) -> bool:
-        return self._lost.is_set() or anyio.current_time() >= self.deadline
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lost.is_set() or anyio.current_time() + margin >= self.deadline
 
     async def wait_lost(self) -> None:
         await self._lost.wait()

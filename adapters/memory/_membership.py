@@ -24,8 +24,8 @@ class InMemoryMembershipLease:
     def member_id(self) -> MemberId:
         return self._lease.owner_id
 
-    def is_lost(self) -> bool:
-        return self._lease.is_lost()
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lease.is_lost(margin)
 
     async def wait_lost(self) -> None:
         await self._lease.wait_lost()

@@ -62,6 +62,7 @@ class _Entry:
     deliveries: int = 0
     token: int = 0  # changes on every delivery, nak and expiry: stale settlements are no-ops
     inflight: bool = False
+    due: float = 0.0  # in flight: the ack deadline (``keep_alive`` pushes it back)
 
 
 @dataclass(slots=True)
@@ -182,6 +183,9 @@ class InMemoryTransport:
             entry = q.entries.get(seq)
             if entry is None or entry.token != token:
                 continue  # settled, or superseded by a later nak
+            if entry.inflight and entry.due > now:  # kept alive since
+                heapq.heappush(q.timed, (entry.due, seq, token))
+                continue
             entry.inflight = False
             entry.token += 1
             if entry.deliveries >= self.max_deliver:
@@ -201,6 +205,7 @@ class InMemoryTransport:
             entry.deliveries += 1
             entry.token += 1
             entry.inflight = True
+            entry.due = due
             heapq.heappush(q.timed, (due, entry.seq, entry.token))
             out.append(_Delivery(self, partition, entry.seq, entry.token, entry))
         return out
@@ -214,6 +219,11 @@ class InMemoryTransport:
         del q.entries[seq]
         q.notify()
         return entry
+
+    def _keep_alive(self, partition: Partition, seq: int, token: int) -> None:
+        entry = self._queue(partition).entries.get(seq)
+        if entry is not None and entry.token == token and entry.inflight:
+            entry.due = anyio.current_time() + self.ack_wait
 
     def _nak(self, partition: Partition, seq: int, token: int, delay: float) -> None:
         q = self._queue(partition)
@@ -281,6 +291,7 @@ class _Subscription:
         self._t = t
         self.partition = partition
         self.consumer_id = consumer_id
+        self.ack_wait = t.ack_wait
         self._closed = False
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
@@ -305,6 +316,18 @@ class _Subscription:
             wake = deadline if due is None else min(deadline, due)
             with anyio.move_on_after(max(wake - now, 0.0)):
                 await q.changed.wait()
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        await anyio.lowlevel.checkpoint()
+        for delivery in deliveries:
+            if isinstance(delivery, _Delivery) and delivery._first():
+                self._t._settle(delivery._partition, delivery._seq, delivery._token)
+
+    async def keep_alive(self, deliveries: Sequence[Delivery]) -> None:
+        await anyio.lowlevel.checkpoint()
+        for delivery in deliveries:
+            if isinstance(delivery, _Delivery) and not delivery._settled:
+                self._t._keep_alive(delivery._partition, delivery._seq, delivery._token)
 
     async def close(self) -> None:
         """Stop fetching. Unsettled deliveries come back to whoever fetches after

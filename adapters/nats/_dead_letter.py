@@ -1,11 +1,12 @@
 """Dead letters: messages that were terminated or ran out of deliveries.
 
-On a WorkQueue stream a message that reached ``max_deliver`` is never redelivered but
-stays stored (and the server only says so in an advisory,
+A message that reached ``max_deliver`` is never redelivered but stays stored (and the
+server only says so in an advisory,
 ``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>``). So:
 
 - ``Delivery.term()`` copies the message to the dead-letter stream, then terminates it
-  (on a WorkQueue stream a terminated message is removed);
+  (on a WorkQueue stream a terminated message is removed; on a limits stream, the
+  default, it stays until ``max_age`` like every consumed message);
 - the max-deliveries advisory (one queue group over all transports of one stream, so
   one process handles each advisory) makes ``DeadLetters`` read the message by stream
   sequence, copy it to the dead-letter stream and delete it from the work stream, so it

@@ -34,10 +34,39 @@ class NatsSettings(BaseSettings):
     storage: Literal["file", "memory"] = "file"
     replicas: Literal[1, 3] = 1
     sync_always: bool = True
+    retention: Literal["limits", "workqueue"] = Field(
+        default="limits",
+        description="limits: acks move each consumer's ack floor and messages age out after "
+        "max_age (cheap acks; replayable); workqueue: an ack deletes the message (under "
+        "sync_interval always, one fsync per ack)",
+    )
+    max_age: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description="limits retention: how long a message is kept, consumed or not",
+    )
     max_deliver: int = Field(default=10, ge=1)
-    ack_wait: float = Field(default=5.0, gt=0)
-    max_ack_pending: int = Field(default=1000, ge=1)
+    ack_wait: float = Field(
+        default=30.0,
+        gt=0,
+        description="redelivery after this long unacked; handlers keep buffered messages "
+        "alive with in-progress acks, so it only delays redelivery after a crash",
+    )
+    max_ack_pending: int = Field(default=50_000, ge=1)
     duplicate_window: float = Field(default=120.0, gt=0)
+    atomic_batch_max: int = Field(
+        default=1000,
+        ge=1,
+        le=1000,
+        description="messages per JetStream atomic batch (the server's limit is 1000)",
+    )
+    max_inflight_batches: int = Field(
+        default=16,
+        ge=1,
+        le=50,
+        description="atomic batches one process has open at once (the server allows 50 "
+        "per stream across all publishers)",
+    )
     dead_letter_stream: str = Field(default="SHOAL_DLQ", pattern=rf"^{_TOKEN}$")
     dead_letter_prefix: str = Field(default="shoal.dlq", pattern=_SUBJECT_PREFIX)
     dead_letter_max_age: float = Field(default=14 * 24 * 3600.0, gt=0)
@@ -47,9 +76,6 @@ class NatsSettings(BaseSettings):
     )
     publish_timeout: float = Field(
         default=10.0, gt=0, description="one publish() call, all its acks"
-    )
-    max_pending_acks: int = Field(
-        default=4000, ge=1, description="publish window of unconfirmed acks"
     )
     close_timeout: float = Field(default=5.0, gt=0)
     reconnect_wait: float = Field(default=0.5, gt=0)

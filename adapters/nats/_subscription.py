@@ -28,6 +28,7 @@ log = logging.getLogger("shoal.adapters.nats")
 _ACK = b"+ACK"
 _NAK = b"-NAK"
 _TERM = b"+TERM"
+_IN_PROGRESS = b"+WPI"
 _UNCONFIRMED = (
     nats.errors.ConnectionClosedError,
     nats.errors.ConnectionReconnectingError,
@@ -99,6 +100,23 @@ class NatsDelivery:
             raise
         await self._dead.notify(self._envelope, "term", self._attempt)
 
+    def claim_ack(self) -> str | None:
+        """Mark settled for a bulk ack; the ack subject to publish to, or None when this
+        delivery was settled already (the first settlement wins)."""
+        if self._settled or not self._msg.reply:
+            return None
+        self._settled = True
+        return self._msg.reply
+
+    def unclaim(self) -> None:
+        """A bulk ack that was not confirmed: the delivery may be settled again."""
+        self._settled = False
+
+    @property
+    def reply(self) -> str | None:
+        """The ack subject while unsettled (for in-progress acks), else None."""
+        return None if self._settled else self._msg.reply or None
+
     async def _settle(self, payload: bytes) -> None:
         if self._settled:
             return
@@ -137,9 +155,11 @@ class NatsSubscription:
         dead: DeadLetters,
         stream: str,
         request_timeout: float,
+        ack_wait: float,
         on_close: Callable[[NatsSubscription], None],
     ) -> None:
         self.partition = partition
+        self.ack_wait = ack_wait
         self.consumer_id = consumer_id
         self._psub = psub
         self._nc = nc
@@ -174,6 +194,46 @@ class NatsSubscription:
             await anyio.sleep(max(0.0, start + timeout - anyio.current_time()))
             return []
         return [self._delivery(m) for m in msgs]
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Publish every ack without waiting for its answer, then one PING/PONG round trip
+        (``flush``): the server has them all once it returns. Per-message confirmed acks
+        cost a round trip each; a lost one only means a redelivery, never a loss.
+        ``TimeoutError`` when the connection did not confirm (those deliveries stay
+        unsettled and may be acked again)."""
+        claimed: list[NatsDelivery] = []
+        try:
+            for delivery in deliveries:
+                if not isinstance(delivery, NatsDelivery):
+                    raise TypeError(f"not a delivery of this subscription: {delivery!r}")
+                reply = delivery.claim_ack()
+                if reply is None:
+                    continue
+                claimed.append(delivery)
+                await self._nc.publish(reply, _ACK)
+            if claimed:
+                await self._nc.flush(timeout=max(1, round(self._timeout)))
+        except (nats.errors.Error, TimeoutError) as exc:
+            for delivery in claimed:
+                delivery.unclaim()
+            raise TimeoutError(f"bulk ack of {len(claimed)} not confirmed: {exc!r}") from exc
+        except BaseException:
+            for delivery in claimed:
+                delivery.unclaim()
+            raise
+
+    async def keep_alive(self, deliveries: Sequence[Delivery]) -> None:
+        """An in-progress ack (``+WPI``) for each unsettled delivery: the server restarts
+        its ack_wait timer and counts no new delivery. Not waited for; skipped while the
+        connection is down."""
+        if not self._nc.is_connected:
+            return
+        try:
+            for delivery in deliveries:
+                if isinstance(delivery, NatsDelivery) and (reply := delivery.reply):
+                    await self._nc.publish(reply, _IN_PROGRESS)
+        except nats.errors.Error as exc:
+            log.debug("in-progress acks on partition %d: %r", self.partition, exc)
 
     def _delivery(self, msg: Msg) -> NatsDelivery:
         md = msg.metadata

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
@@ -13,10 +13,10 @@ import anyio
 import nats
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.api import PubAck
-from nats.js.errors import APIError, NotFoundError, TooManyStalledMsgsError
+from nats.js.errors import APIError, NotFoundError
 
 from adapters.nats._codec import encode
 from adapters.nats._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
@@ -33,6 +33,10 @@ __all__ = ["NatsTransport"]
 log = logging.getLogger("shoal.adapters.nats")
 
 _STREAM_NAME_IN_USE = 10058  # 'stream name already in use with a different configuration'
+_BATCH_DUPLICATE_ID = 10201  # 'atomic publish batch contains duplicate message id'
+H_BATCH_ID = "Nats-Batch-Id"
+H_BATCH_SEQUENCE = "Nats-Batch-Sequence"
+H_BATCH_COMMIT = "Nats-Batch-Commit"
 
 
 class NatsTransport:
@@ -57,6 +61,7 @@ class NatsTransport:
         self._dead: DeadLetters | None = None
         self._subscriptions: set[NatsSubscription] = set()
         self._closing = False
+        self._batch_slots = anyio.Semaphore(self.settings.max_inflight_batches)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -82,9 +87,7 @@ class NatsTransport:
                 f"no NATS server answered at {s.url} within {s.connect_timeout} s"
             ) from None
         try:
-            self._js = self._nc.jetstream(
-                timeout=s.request_timeout, publish_async_max_pending=s.max_pending_acks
-            )
+            self._js = self._nc.jetstream(timeout=s.request_timeout)
             self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
             await self._ensure_stream(self._stream_config())
             await self._ensure_stream(self._dead.stream_config())
@@ -137,65 +140,93 @@ class NatsTransport:
     # -- the port --------------------------------------------------------------------
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
-        """Publish every envelope with a window of at most ``max_pending_acks`` unconfirmed
-        messages, and return once JetStream confirmed (stored) all of them. A message id
-        already stored inside ``duplicate_window`` is confirmed without a second copy.
+        """Store every envelope as JetStream atomic batches of up to ``atomic_batch_max``
+        messages: the server fsyncs a batch once (not once per message) and stores all of
+        it or none of it. Return once every batch is confirmed.
+
+        Each message keeps its ``Nats-Msg-Id``. A retry with the same envelopes (in the
+        same order, as the gateway retries) re-sends batches that may already be stored;
+        the server then refuses the whole batch as "contains duplicate message id", and
+        since a batch is all or nothing, that refusal means the batch was stored before:
+        it counts as confirmed.
 
         Raises ``ValueError`` before publishing anything when an envelope cannot be encoded,
-        and ``PublishError`` when some were not confirmed within ``publish_timeout``. Those
-        may still be stored (a publish buffered during a reconnect is sent afterwards):
-        retry with the same message ids, which the stream stores once.
+        and ``PublishError`` naming how many messages were not confirmed within
+        ``publish_timeout``.
         """
         if not envelopes:
             return
-        js = self._jetstream()
+        self._jetstream()
         encoded = [(*encode(e, self.subjects), e.payload) for e in envelopes]
-        total = len(encoded)
-        deadline = anyio.current_time() + self.settings.publish_timeout
-        futures: list[asyncio.Future[PubAck]] = []
-        error: BaseException | None = None
-        window = self.settings.max_pending_acks
-        try:
-            for subject, headers, payload in encoded:
-                stall: float | None = None  # a free slot: no wait (and no wait_for task)
-                if js.publish_async_pending() >= window:
-                    stall = deadline - anyio.current_time()
-                    if stall <= 0:
-                        break
-                try:
-                    # wait_stall bounds the wait for a window slot. nats-py turns a
-                    # cancellation during that wait into TooManyStalledMsgsError.
-                    fut = await js.publish_async(
-                        subject, payload, wait_stall=stall, headers=headers
-                    )
-                except TooManyStalledMsgsError as exc:
-                    error = exc
-                    break
-                except nats.errors.Error as exc:
-                    error = exc
-                    break
-                futures.append(fut)
-            if futures:
-                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                    await asyncio.wait(futures)
-        finally:
-            # A future nobody resolves would hold a window slot forever: cancel it.
-            for fut in futures:
-                if not fut.done():
-                    fut.cancel()
-        failed = total - len(futures)
-        for fut in futures:
-            if fut.cancelled():
-                failed += 1
-            elif (failure := fut.exception()) is not None:
-                failed += 1
-                error = error or failure
+        size = self.settings.atomic_batch_max
+        chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
+        failed = 0
+        errors: list[str] = []
+
+        async def send(chunk: list[tuple[str, dict[str, str], bytes]]) -> None:
+            nonlocal failed
+            try:
+                async with self._batch_slots:
+                    await self._publish_batch(chunk)
+            except (PublishError, nats.errors.Error, TimeoutError) as exc:
+                failed += len(chunk)
+                errors.append(str(exc) or repr(exc))
+
+        with anyio.move_on_after(self.settings.publish_timeout) as scope:
+            async with anyio.create_task_group() as tg:
+                for chunk in chunks:
+                    tg.start_soon(send, chunk)
+        if scope.cancelled_caught:
+            failed = len(encoded)
+            errors.append(f"no confirmation within {self.settings.publish_timeout} s")
         if failed:
-            reason = f"{error!r}" if error else f"no ack within {self.settings.publish_timeout} s"
             raise PublishError(
-                f"{failed} of {total} messages not confirmed by stream "
-                f"{self.settings.stream}: {reason}"
+                f"{failed} of {len(encoded)} messages not confirmed by stream "
+                f"{self.settings.stream}: {errors[0]}"
             )
+
+    async def _publish_batch(self, batch: list[tuple[str, dict[str, str], bytes]]) -> None:
+        """One atomic batch: the first message opens it (a request, answered empty), the
+        middle ones follow without a reply, the last commits it (answered with a PubAck)."""
+        nc = self._client()
+        timeout = self.settings.request_timeout
+        if len(batch) == 1:
+            subject, headers, payload = batch[0]
+            await self._check_ack(await nc.request(subject, payload, timeout, headers=headers))
+            return
+        batch_id = uuid.uuid4().hex
+        last = len(batch)
+        for number, (subject, headers, payload) in enumerate(batch, start=1):
+            headers[H_BATCH_ID] = batch_id
+            headers[H_BATCH_SEQUENCE] = str(number)
+            if number == 1:
+                reply = await nc.request(subject, payload, timeout, headers=headers)
+                if reply.data:  # an empty answer means "batch open"; anything else is an error
+                    await self._check_ack(reply)
+            elif number < last:
+                await nc.publish(subject, payload, headers=headers)
+            else:
+                headers[H_BATCH_COMMIT] = "1"
+                await self._check_ack(await nc.request(subject, payload, timeout, headers=headers))
+
+    @staticmethod
+    async def _check_ack(reply: Msg) -> None:
+        try:
+            answer = json.loads(reply.data)
+        except ValueError:
+            raise PublishError(
+                f"unreadable publish acknowledgement: {reply.data[:200]!r}"
+            ) from None
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if error is None:
+            return
+        if error.get("err_code") == _BATCH_DUPLICATE_ID:
+            log.debug("batch already stored (duplicate message id): counted as confirmed")
+            return
+        raise PublishError(
+            f"stream refused the batch: {error.get('description')} "
+            f"(err_code {error.get('err_code')})"
+        )
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
         """Create (or update) the partition's durable consumer ``p{partition}`` and bind a
@@ -227,6 +258,7 @@ class NatsTransport:
             dead=self._dead,
             stream=s.stream,
             request_timeout=s.request_timeout,
+            ack_wait=s.ack_wait,
             on_close=self._subscriptions.discard,
         )
         self._subscriptions.add(sub)
@@ -264,13 +296,18 @@ class NatsTransport:
 
     def _stream_config(self) -> js_api.StreamConfig:
         s = self.settings
+        limits = s.retention == "limits"
         config = js_api.StreamConfig(
             name=s.stream,
             subjects=self.subjects.stream_subjects(),
-            retention=js_api.RetentionPolicy.WORK_QUEUE,
+            retention=js_api.RetentionPolicy.LIMITS
+            if limits
+            else js_api.RetentionPolicy.WORK_QUEUE,
+            max_age=s.max_age if limits else None,
             storage=js_api.StorageType(s.storage),
             num_replicas=s.replicas,
             duplicate_window=s.duplicate_window,
+            allow_atomic=True,
         )
         if not s.sync_always and s.storage == "file" and s.replicas == 1:
             config.persist_mode = js_api.PersistMode.ASYNC

@@ -1,18 +1,21 @@
 """The schema of landed data (docs/architecture.md copies this docstring).
 
-Layout: ``{data_dir}/date=YYYY-MM-DD/partition=P/{handler_id}-{uuid}.parquet``, one file
-per written batch (and per date and partition within it). ``date`` is the UTC date of
-``received_at`` (the gateway's clock), so every copy of a message, redelivered or not,
-lands under the same date. Files appear atomically: they are written under a name
-starting with ``.`` and ending in ``.tmp`` (which Spark and pyarrow skip), fsynced, then
-renamed, and the directory is fsynced.
+Layout: ``{data_dir}/date=YYYY-MM-DD/{handler_id}-{uuid}.parquet``, one file per roll of
+a handler's buffer (and per date within it): many partitions in one file, sorted by
+partition, project and sequence, so files are large (thousands of rows, not one per
+fetched batch and partition) while a reader filtering on ``partition`` still skips most
+of each file by its row-group statistics. ``date`` is the UTC date of ``received_at``
+(the gateway's clock), so every copy of a message, redelivered or not, lands under the
+same date. Files appear atomically: they are written under a name starting with ``.``
+and ending in ``.tmp`` (which Spark and pyarrow skip), fsynced, then renamed, and the
+directory is fsynced.
 
 =============  ======================  =====================================================
 column         type                    meaning
 =============  ======================  =====================================================
 message_id     string                  the gateway's unique id; duplicates are redeliveries
 project_id     string                  the device project
-partition      int32                   partition of project_id (also the folder name)
+partition      int32                   partition of project_id
 generation     int64                   assignment generation the handler worked under
 handler_id     string                  the handler that landed the row
 gateway_id     string                  the gateway that accepted the message
@@ -24,8 +27,7 @@ payload        binary                  the message body as received
 =============  ======================  =====================================================
 
 No column is nullable. Readers that partition by folder (Spark, ``pyarrow.dataset`` with
-``partitioning="hive"``) see ``date`` (string) and ``partition`` (int32) from the path;
-``partition`` is also stored in the file, with the same value and type.
+``partitioning="hive"``) see ``date`` (string) from the path.
 """
 
 from __future__ import annotations

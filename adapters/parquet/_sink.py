@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
+import anyio.from_thread
 import anyio.to_thread
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.parquet._schema import LANDED_SCHEMA
+from core.errors import OwnershipLostError
 from core.messages import LandedRow
 
 __all__ = ["ParquetSettings", "ParquetSink"]
@@ -30,16 +34,20 @@ class ParquetSettings(BaseSettings):
 
     data_dir: Path = Path("var/data")
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+    row_group_rows: int = Field(default=128 * 1024, ge=1)
 
 
 class ParquetSink:
-    """Writes each batch as new files; returns once they are renamed into place and synced.
+    """Writes each batch as one file per UTC date (usually one): many partitions, sorted by
+    partition, project and sequence. Returns once the file is renamed into place and synced.
 
-    ``write`` runs the blocking work in a worker thread; a cancelled ``write`` still
-    finishes the file it started (the thread is not abandoned), so no half file remains.
-    Raises ``OSError`` when the disk refuses; no file (not even a temporary one) is left.
-    A process killed mid-write may leave a ``.*.tmp`` file, which readers skip and
-    nothing removes yet.
+    ``write`` runs the blocking work in a worker thread. The file is written and fsynced
+    under a hidden name, then ``still_valid`` is asked, then it is renamed and the
+    directory fsynced: a writer that lost its lease while writing makes nothing visible.
+    A cancelled ``write`` returns at once; its thread sees the cancellation at the same
+    check and removes its hidden file instead of renaming it. Raises ``OSError`` when the
+    disk refuses; no file (not even a hidden one) is left. A process killed mid-write may
+    leave a ``.*.tmp`` file, which readers skip and nothing removes yet.
     """
 
     def __init__(self, settings: ParquetSettings | None = None) -> None:
@@ -56,40 +64,74 @@ class ParquetSink:
     ) -> None:
         return None
 
-    async def write(self, rows: Sequence[LandedRow]) -> None:
+    async def write(
+        self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
+    ) -> int:
         if not rows:
-            return
-        await anyio.to_thread.run_sync(self._write_sync, list(rows))
+            return 0
+        abandoned = threading.Event()
 
-    def _write_sync(self, rows: list[LandedRow]) -> list[Path]:
-        groups: dict[tuple[str, int], list[LandedRow]] = defaultdict(list)
+        def valid() -> bool:  # in the worker thread; ``still_valid`` runs on the event loop
+            if abandoned.is_set():
+                return False
+            return still_valid is None or anyio.from_thread.run_sync(still_valid)
+
+        try:
+            written = await anyio.to_thread.run_sync(
+                self._write_sync, list(rows), valid, abandon_on_cancel=True
+            )
+        except anyio.get_cancelled_exc_class():
+            abandoned.set()
+            raise
+        return len(written)
+
+    def _write_sync(self, rows: list[LandedRow], valid: Callable[[], bool]) -> list[Path]:
+        by_day: dict[str, list[LandedRow]] = defaultdict(list)
         for row in rows:
-            day = datetime.fromtimestamp(row.envelope.received_at, UTC).date().isoformat()
-            groups[(day, row.envelope.partition)].append(row)
-        written = []
-        for (day, partition), group in sorted(groups.items()):
-            folder = self.settings.data_dir / f"date={day}" / f"partition={partition}"
-            self._make_dirs(folder)
-            handler = _UNSAFE.sub("_", group[0].handler_id) or "handler"
-            written.append(self._write_file(folder, f"{handler}-{uuid.uuid4().hex}", group))
-        return written
+            by_day[_day(row.envelope.received_at)].append(row)
+        handler = _UNSAFE.sub("_", rows[0].handler_id) or "handler"
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for day, group in sorted(by_day.items()):
+                folder = self.settings.data_dir / f"date={day}"
+                self._make_dirs(folder)
+                stem = f"{handler}-{uuid.uuid4().hex}"
+                staged.append((self._stage(folder, stem, group), folder / f"{stem}.parquet"))
+            if not valid():
+                raise OwnershipLostError(
+                    f"{len(rows)} rows not made visible: the writer no longer owns them"
+                )
+            for temp, final in staged:
+                temp.rename(final)
+        except BaseException:
+            for temp, _ in staged:
+                temp.unlink(missing_ok=True)
+            raise
+        for folder in {final.parent for _, final in staged}:
+            self._fsync_dir(folder)
+        return [final for _, final in staged]
 
-    def _write_file(self, folder: Path, stem: str, rows: list[LandedRow]) -> Path:
-        final = folder / f"{stem}.parquet"
+    def _stage(self, folder: Path, stem: str, rows: list[LandedRow]) -> Path:
+        """Write and fsync ``rows`` under a hidden name; the caller renames or removes it."""
         temp = folder / f".{stem}.tmp"  # never *.parquet; readers skip names starting "."
-        table = to_table(rows)
+        table = to_table(rows).sort_by(
+            [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
+        )
         compression = self.settings.compression
         try:
             with temp.open("wb") as f:
-                pq.write_table(table, f, compression=None if compression == "none" else compression)
+                pq.write_table(
+                    table,
+                    f,
+                    compression=None if compression == "none" else compression,
+                    row_group_size=self.settings.row_group_rows,
+                )
                 f.flush()
                 os.fsync(f.fileno())
-            temp.rename(final)
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
-        self._fsync_dir(folder)
-        return final
+        return temp
 
     def _make_dirs(self, folder: Path) -> None:
         """Create ``folder`` and missing parents, fsyncing each parent that got an entry."""
@@ -108,6 +150,10 @@ class ParquetSink:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _day(received_at: float) -> str:
+    return datetime.fromtimestamp(received_at, UTC).date().isoformat()
 
 
 def to_table(rows: Sequence[LandedRow]) -> pa.Table:

@@ -49,8 +49,8 @@ class RedisMembershipLease:
         """The member's Redis key."""
         return self._lease.key
 
-    def is_lost(self) -> bool:
-        return self._lease.is_lost()
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lease.is_lost(margin)
 
     async def wait_lost(self) -> None:
         await self._lease.wait_lost()

@@ -266,6 +266,17 @@ class MembershipContract:
             assert time.monotonic() - started >= SHORT_TTL
             assert a.is_lost()  # from the clock alone, before any await
 
+    async def test_is_lost_with_a_margin_when_less_than_the_margin_is_left(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership:
+            a = await membership.join("a", STATS_A, SHORT_TTL)
+            assert not a.is_lost(0.0)
+            assert not a.is_lost(SHORT_TTL / 20)
+            # no lease can have a whole TTL (and more) left: it was granted before now
+            assert a.is_lost(SHORT_TTL * 1.01)
+            assert not a.is_lost()  # asking changed nothing
+
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
         if not harness.features.restartable:
             pytest.skip("the harness cannot restart this store")

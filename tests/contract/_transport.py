@@ -232,6 +232,40 @@ class TransportContract:
         assert dead.items == []
         assert await transport.backlog(0) == 0
 
+    async def test_bulk_ack_settles_every_delivery_in_one_call(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(0, "bulk", i) for i in range(1, 201)]
+        await transport.publish(sent)
+        sub = await transport.open(0, "h1")
+        got = await fetch_n(sub, 200)
+        await sub.ack(got)
+        await sub.ack(got[:10])  # settled already: a no-op
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(0) == 0
+        await sub.close()
+        again = await transport.open(0, "h2")
+        await fetch_none(again, 0.5)
+
+    async def test_keep_alive_holds_a_delivery_past_ack_wait_without_a_redelivery(
+        self, transport: ClosableTransport
+    ) -> None:
+        if not self.features.redelivery_after_ack_wait:
+            pytest.skip("adapter has no per-message ack_wait")
+        e = envelope(0)
+        await transport.publish([e])
+        sub = await transport.open(0, "h1")
+        assert sub.ack_wait == pytest.approx(ACK_WAIT)
+        (d,) = await fetch_n(sub, 1)
+        held_until = anyio.current_time() + ACK_WAIT * 2.5
+        while anyio.current_time() < held_until:
+            await sub.keep_alive([d])
+            # nothing comes back while it is kept alive (this also paces the keep-alives)
+            assert list(await sub.fetch(1, ACK_WAIT / 3)) == []
+        await sub.ack([d])
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(0) == 0
+
     async def test_term_dead_letters_and_never_redelivers_when_terminated(
         self, transport: ClosableTransport, dead: DeadLetterLog
     ) -> None:

@@ -7,17 +7,20 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
 from adapters.parquet import LANDED_SCHEMA, ParquetSettings, ParquetSink
+from core.errors import OwnershipLostError
 from core.messages import Envelope, LandedRow, MessageKind
 
 DAY1 = datetime(2026, 11, 21, 23, 59, 59, 999_999, tzinfo=UTC).timestamp()
@@ -82,22 +85,70 @@ async def test_write_lands_exactly_the_rows_when_read_back(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
-async def test_files_are_laid_out_by_date_and_partition_one_per_batch(tmp_path: Path) -> None:
+async def test_one_file_per_date_and_write_holding_every_partition_sorted(tmp_path: Path) -> None:
     sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
-    await sink.write([row(1), row(2), row(3, partition=12), row(4, received_at=DAY2)])
-    await sink.write([row(5)])
+    day1 = [row(7, partition=12), row(2), row(1), row(3, partition=12)]
+    assert await sink.write([*day1, row(4, received_at=DAY2)]) == 2
+    assert await sink.write([row(5)]) == 1
     files = tree(tmp_path, "*.parquet")
     assert [str(p.parent) for p in files] == [
-        "date=2026-11-21/partition=12",
-        "date=2026-11-21/partition=3",
-        "date=2026-11-21/partition=3",
-        "date=2026-11-22/partition=3",
+        "date=2026-11-21",
+        "date=2026-11-21",
+        "date=2026-11-22",
     ]
-    assert len(tree(tmp_path)) == 4 + 3 + 2  # files, partition folders, date folders
+    assert len(tree(tmp_path)) == 3 + 2  # files, date folders
     names = [p.name for p in files]
     assert all(n.startswith("h_1-") and len(n) == len("h_1-") + 32 + 8 for n in names)
+    big = max(files, key=lambda f: pq.read_metadata(tmp_path / f).num_rows)
+    stored = pq.read_table(tmp_path / big).to_pylist()
+    assert [(r["partition"], r["project_id"], r["sequence"]) for r in stored] == sorted(
+        (r.envelope.partition, r.envelope.project_id, r.envelope.sequence) for r in day1
+    )
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
     assert table.schema.field("partition").type == pa.int32()
+
+
+@pytest.mark.anyio
+async def test_nothing_becomes_visible_when_ownership_is_lost_before_the_rename(
+    tmp_path: Path,
+) -> None:
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    asked: list[bool] = []
+
+    def lost() -> bool:
+        # By now the data is written and synced under its hidden name.
+        asked.append(any(p.name.endswith(".tmp") for p in tmp_path.rglob(".*")))
+        return False
+
+    with pytest.raises(OwnershipLostError, match="2 rows not made visible"):
+        await sink.write([row(1), row(2)], still_valid=lost)
+    assert asked == [True]
+    assert tree(tmp_path, "*.*") == []  # neither a file nor a hidden one
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_write_makes_nothing_visible_even_after_its_thread_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    entered, release = threading.Event(), threading.Event()
+    real = pq.write_table
+
+    def stalled(table: pa.Table, where: Any, **kw: Any) -> None:
+        entered.set()
+        release.wait(10)  # a stalled volume
+        real(table, where, **kw)
+
+    monkeypatch.setattr(pq, "write_table", stalled)
+    with anyio.move_on_after(0.2) as scope:
+        await sink.write([row(1)])
+    assert scope.cancelled_caught and entered.is_set()
+    release.set()
+    with anyio.fail_after(10):
+        # The abandoned thread removes its temp file; files are the outcome, no event exists.
+        while tree(tmp_path, ".*.tmp"):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    assert tree(tmp_path, "*.parquet") == []
 
 
 @pytest.mark.anyio
