@@ -54,7 +54,7 @@ analytics_app = typer.Typer(
 
 DataDir = Annotated[
     Path,
-    typer.Argument(help="the landing directory (date=YYYY-MM-DD/partition=P/*.parquet)"),
+    typer.Argument(help="the landing directory (date=YYYY-MM-DD/*.parquet)"),
 ]
 Master = Annotated[
     str | None,

@@ -9,9 +9,9 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, Self, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.assignment import STRATEGIES
@@ -76,14 +76,49 @@ class HandlerSettings(BaseSettings):
     lease_ttl: float = Field(default=10.0, gt=0)
     stats_interval: float = Field(default=5.0, gt=0)
     data_dir: Path = Path("var/data")
-    fetch_batch: int = Field(default=256, ge=1, le=10_000)
+    fetch_batch: int = Field(default=500, ge=1, le=10_000)
     fetch_timeout: float = Field(default=0.5, gt=0)
     drain_timeout: float = Field(default=8.0, gt=0)
-    retry_delay: float = Field(default=1.0, ge=0)
+    # Backoff after a failed write or partition worker: retry_delay, doubling to retry_cap.
+    retry_delay: float = Field(default=0.5, gt=0)
+    retry_cap: float = Field(default=10.0, gt=0)
+    # A file rolls at roll_rows rows, roll_bytes bytes or roll_age seconds, first reached.
+    roll_rows: int = Field(default=20_000, ge=1)
+    roll_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    roll_age: float = Field(default=10.0, gt=0)
+    # ...or after roll_handover_age when it holds a partition's first rows since its claim.
+    roll_handover_age: float = Field(default=0.5, gt=0)
+    # One attempt to write a file; a stalled volume fails it (and it is retried).
+    write_timeout: float = Field(default=30.0, gt=0)
+    # Lease time that must remain when a file becomes visible and when it is acked:
+    # covers the rename, the ack and clock drift between this host and the store.
+    # Default: a fifth of the lease TTL (2 s of 10 s).
+    ownership_margin: float | None = Field(default=None, ge=0)
+    # In-progress acks for messages buffered this long; never more than a third of the
+    # transport's ack_wait (NATS and Kafka: 30 s by default), whatever is set here.
+    keepalive_interval: float = Field(default=10.0, gt=0)
     # A project counts toward project_count while it sent data this recently (seconds).
     project_idle: float = Field(default=300.0, gt=0)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=0, ge=0, le=65535)
+
+    @property
+    def margin(self) -> float:
+        """The ownership margin in force."""
+        return self.lease_ttl / 5 if self.ownership_margin is None else self.ownership_margin
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.margin >= self.lease_ttl:
+            raise ValueError(
+                f"ownership_margin {self.margin} s must be below lease_ttl "
+                f"{self.lease_ttl} s, or no file could ever be written"
+            )
+        if self.retry_cap < self.retry_delay:
+            raise ValueError(
+                f"retry_cap {self.retry_cap} s is below retry_delay {self.retry_delay} s"
+            )
+        return self
 
 
 class LeaderSettings(BaseSettings):

@@ -22,6 +22,8 @@ from anyio.abc import TaskGroup
 
 from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
 from core.handoff import ClaimAction, decide_claim
+from core.ingest import unprocessable
+from core.landing import RollPolicy, retry_delay
 from core.messages import LandedRow, MessageKind
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.ports import (
@@ -37,6 +39,7 @@ from core.ports import (
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
+from services.handler.landing import Lander, LandingOptions
 from services.handler.metrics import HandlerMetrics
 
 log = logging.getLogger("shoal.handler")
@@ -82,6 +85,20 @@ class Handler:
         self._landed_times: deque[tuple[float, int]] = deque(maxlen=64)
         self._last_message_id = ""
         self._process = psutil.Process()
+        self._landing_options = LandingOptions(
+            policy=RollPolicy(
+                max_rows=settings.roll_rows,
+                max_bytes=settings.roll_bytes,
+                max_age=settings.roll_age,
+                handover_age=settings.roll_handover_age,
+            ),
+            write_timeout=settings.write_timeout,
+            ownership_margin=settings.margin,
+            keepalive_interval=settings.keepalive_interval,
+            retry_base=settings.retry_delay,
+            retry_cap=settings.retry_cap,
+        )
+        self._lander: Lander  # one per lease, made by _serve
 
     @property
     def handler_id(self) -> MemberId:
@@ -130,6 +147,13 @@ class Handler:
     async def _serve(self, lease: MembershipLease, stop: anyio.Event) -> bool:
         """Own partitions under ``lease``; True when it ended by ``stop`` (clean leave)."""
         clean = False
+        self._lander = Lander(
+            sink=self._sink,
+            lease=lease,
+            options=self._landing_options,
+            metrics=self._metrics,
+            on_landed=self._landed,
+        )
         async with anyio.create_task_group() as tg:
 
             async def on_lease_lost() -> None:
@@ -150,6 +174,7 @@ class Handler:
 
             tg.start_soon(on_lease_lost)
             tg.start_soon(on_stop)
+            tg.start_soon(self._lander.run)
             tg.start_soon(self._report_stats, lease)
             tg.start_soon(self._follow_assignment, lease, tg)
         self._owned.clear()
@@ -200,7 +225,11 @@ class Handler:
     async def _own(
         self, ownership: _Ownership, previous: _Ownership | None, lease: MembershipLease
     ) -> None:
+        """Work ``ownership``'s partition until it is revoked. A failure (the broker, the
+        store, a bug) stays in this partition: it is logged and retried with backoff while
+        the other partitions go on."""
         partition = ownership.partition
+        failures = 0
         try:
             if previous is not None:
                 await previous.done.wait()
@@ -208,12 +237,17 @@ class Handler:
                 try:
                     await self._own_once(ownership, lease)
                     return
-                except (ShoalError, OSError, TimeoutError) as exc:
+                except Exception as exc:
+                    failures += 1
+                    delay = retry_delay(
+                        failures, base=self._settings.retry_delay, cap=self._settings.retry_cap
+                    )
                     log.warning(
                         "partition worker failed; retrying",
-                        extra=fields(partition=partition, error=repr(exc)),
+                        extra=fields(partition=partition, error=repr(exc), retry_in=delay),
+                        exc_info=not isinstance(exc, ShoalError | OSError | TimeoutError),
                     )
-                    with anyio.move_on_after(1.0):
+                    with anyio.move_on_after(delay):
                         await ownership.revoked.wait()
         finally:
             ownership.done.set()
@@ -230,14 +264,15 @@ class Handler:
             self._projects[partition] = set(await self._store.projects(partition))
             subscription = await self._transport.open(partition, self._id)
             try:
-                await self._consume(ownership, subscription, lease)
+                await self._consume(ownership, subscription)
             finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await subscription.close()
+                with anyio.CancelScope(shield=True):
+                    await self._hand_back(ownership, subscription, lease)
         finally:
             # Shielded: runs on revoke, on failure and on a lost lease alike. Releasing is
-            # safe in each case because consuming has stopped; on a lost lease it lets the
-            # new owner start without waiting for this member to disappear.
+            # safe in each case because consuming has stopped and nothing of this
+            # partition is buffered any more; on a lost lease it lets the new owner start
+            # without waiting for this member to disappear.
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self._store.release(partition, self._id)
                 log.info(
@@ -267,89 +302,68 @@ class Handler:
                 self._holds = dict(await self._store.holds())
         return False
 
-    async def _consume(
+    async def _hand_back(
         self, ownership: _Ownership, subscription: Subscription, lease: MembershipLease
     ) -> None:
+        """Land what is buffered for the partition (unless the lease is gone: then it is
+        redelivered to the next owner), then close the subscription."""
+        if not lease.is_lost():
+            with anyio.move_on_after(self._settings.drain_timeout) as scope:
+                await self._lander.flush(subscription)
+            if scope.cancelled_caught:
+                log.warning(
+                    "partition not drained in time; its buffered messages will be redelivered",
+                    extra=fields(partition=ownership.partition),
+                )
+        with anyio.move_on_after(5):
+            await subscription.close()
+
+    async def _consume(self, ownership: _Ownership, subscription: Subscription) -> None:
         settings = self._settings
         while not ownership.revoked.is_set():
+            if not await self._lander.wait_for_room(within=settings.fetch_timeout):
+                continue  # the buffer is full while the previous roll is written: hold off
             deliveries = await subscription.fetch(settings.fetch_batch, settings.fetch_timeout)
-            if not deliveries:
-                continue
-            await self._process_batch(ownership, deliveries, lease)
+            if deliveries:
+                await self._take(ownership, subscription, deliveries)
 
-    async def _process_batch(
-        self, ownership: _Ownership, deliveries: Sequence[Delivery], lease: MembershipLease
+    async def _take(
+        self, ownership: _Ownership, subscription: Subscription, deliveries: Sequence[Delivery]
     ) -> None:
+        """Sort a fetched batch: data rows go to the lander, announcements register their
+        project, and a message that cannot be processed is dead-lettered at once (the
+        only reason a message is dead-lettered here)."""
+        partition = ownership.partition
         self._metrics.delivered.inc(len(deliveries))
         rows: list[LandedRow] = []
-        announcements: list[Delivery] = []
+        held: list[Delivery] = []
         now = time.time()
-        seen: set[str] = set()
+        seen_at = time.monotonic()
         for delivery in deliveries:
             if delivery.attempt > 1:
                 self._metrics.redelivered.inc()
             envelope = delivery.envelope
-            if envelope.message_id in seen:
-                continue  # a redelivery can arrive in the same fetch as its first copy
-            seen.add(envelope.message_id)
+            problem = unprocessable(envelope, partition)
+            if problem is not None:
+                log.error(
+                    "message cannot be processed; dead-lettered",
+                    extra=fields(partition=partition, message=envelope.message_id, problem=problem),
+                )
+                await delivery.term()
+                self._metrics.dead_lettered.inc()
+                continue
+            held.append(delivery)
             if envelope.kind is MessageKind.ANNOUNCE:
-                announcements.append(delivery)
+                await self._register(partition, envelope.project_id)
             else:
                 rows.append(LandedRow(envelope, ownership.generation, self._id, now))
-                self._project_seen[envelope.project_id] = time.monotonic()
-        # Shielded: once a batch is fetched it is written and acked as a unit, unless the
-        # lease is lost (then nothing is written and everything will be redelivered).
-        with anyio.CancelScope(shield=True):
-            if lease.is_lost():
-                return
-            for delivery in announcements:
-                await self._register(ownership.partition, delivery.envelope.project_id)
-            if rows:
-                try:
-                    await self._sink.write(rows)
-                except OSError as exc:
-                    log.error("sink write failed; nak", extra=fields(error=str(exc)))
-                    await self._settle(deliveries, nak_delay=self._settings.retry_delay)
-                    self._metrics.nakd.inc(len(deliveries))
-                    return
-            await self._settle(deliveries)
-        self._metrics.acked.inc(len(deliveries))
-        self._metrics.landed.inc(len(rows))
+                self._project_seen[envelope.project_id] = seen_at
+        self._lander.add(partition, subscription, held, rows)
+
+    def _landed(self, rows: Sequence[LandedRow]) -> None:
         if rows:
             self._last_message_id = rows[-1].envelope.message_id
             self._landed_times.append((time.monotonic(), len(rows)))
-
-    async def _settle(self, deliveries: Sequence[Delivery], nak_delay: float | None = None) -> None:
-        """Ack (or nak) a batch concurrently. An unconfirmed ack is logged, not raised: the
-        rows are already written, so at worst the message is redelivered and lands twice."""
-        failures = 0
-
-        async def settle(delivery: Delivery) -> None:
-            nonlocal failures
-            try:
-                if nak_delay is None:
-                    await delivery.ack()
-                else:
-                    await delivery.nak(nak_delay)
-            except (TimeoutError, ShoalError, ConnectionError) as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning("settle not confirmed", extra=fields(error=repr(exc)))
-
-        limiter = anyio.CapacityLimiter(64)
-
-        async def bounded(delivery: Delivery) -> None:
-            async with limiter:
-                await settle(delivery)
-
-        async with anyio.create_task_group() as tg:
-            for delivery in deliveries:
-                tg.start_soon(bounded, delivery)
-        if failures:
-            log.warning(
-                "some settlements unconfirmed; those messages may be redelivered",
-                extra=fields(unconfirmed=failures, of=len(deliveries)),
-            )
 
     async def _register(self, partition: Partition, project_id: str) -> None:
         self._projects.setdefault(partition, set()).add(project_id)

@@ -30,7 +30,7 @@ PARTITIONS = 128
 SERIES_LENGTH = 1000
 
 
-def generate(data_dir: Path, rows: int, files_per_partition: int) -> tuple[int, int, int]:
+def generate(data_dir: Path, rows: int, files: int) -> tuple[int, int, int]:
     """Write ``rows`` data rows (+ one announcement per series); returns (lost, dup, files)."""
     series = max(1, rows // SERIES_LENGTH)
     gateways = ("gw-1", "gw-2")
@@ -75,33 +75,30 @@ def generate(data_dir: Path, rows: int, files_per_partition: int) -> tuple[int, 
         },
         schema=LANDED_SCHEMA,
     )
-    files = 0
-    partition_column = table.column("partition").to_pylist()
-    by_partition: dict[int, list[int]] = {}
-    for index, partition in enumerate(partition_column):
-        by_partition.setdefault(partition, []).append(index)
-    for partition, indices in by_partition.items():
-        folder = data_dir / "date=2025-11-21" / f"partition={partition}"
-        folder.mkdir(parents=True, exist_ok=True)
-        chunk = -(-len(indices) // files_per_partition)
-        for start in range(0, len(indices), chunk):
-            part = table.take(pa.array(indices[start : start + chunk]))
-            pq.write_table(part, folder / f"h1-{uuid.uuid4().hex}.parquet", compression="zstd")
-            files += 1
+    # The handlers' layout: one folder per day, each file holding many partitions.
+    folder = data_dir / "date=2025-11-21"
+    folder.mkdir(parents=True, exist_ok=True)
+    chunk = -(-table.num_rows // files)
+    for start in range(0, table.num_rows, chunk):
+        pq.write_table(
+            table.slice(start, chunk),
+            folder / f"h1-{uuid.uuid4().hex}.parquet",
+            compression="zstd",
+        )
     return lost, duplicated, files
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--files-per-partition", type=int, default=8)
+    parser.add_argument("--files", type=int, default=50, help="Parquet files to spread rows over")
     parser.add_argument("--keep", action="store_true", help="keep the generated directory")
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="shoal-spark-bench-"))
     try:
         started = time.perf_counter()
-        lost, duplicated, files = generate(data_dir, args.rows, args.files_per_partition)
+        lost, duplicated, files = generate(data_dir, args.rows, args.files)
         generated = time.perf_counter() - started
         timings: list[tuple[str, float]] = [("generate (pyarrow)", generated)]
 

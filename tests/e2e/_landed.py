@@ -1,4 +1,4 @@
-"""Read the Parquet landing zone: ``{data_dir}/date=YYYY-MM-DD/partition=P/*.parquet``.
+"""Read the Parquet landing zone: ``{data_dir}/date=YYYY-MM-DD/{handler}-{uuid}.parquet``.
 
 Columns (written by the ParquetSink): message_id, project_id, partition, generation,
 handler_id, gateway_id, sequence, received_at, handled_at, kind, payload. In

@@ -43,7 +43,7 @@ def planted_dir(tmp_path_factory: pytest.TempPathFactory, planted: Planted) -> P
     data_dir = tmp_path_factory.mktemp("planted")
     land(data_dir, planted.rows)
     write_ledger(data_dir / "_ledger", planted.ledger)
-    some_folder = next(data_dir.glob("date=*/partition=*"))
+    some_folder = next(data_dir.glob("date=*"))
     (some_folder / ".h9-0123456789abcdef.tmp").write_bytes(b"PAR1 torn write, not parquet")
     return data_dir
 

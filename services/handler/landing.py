@@ -1,0 +1,304 @@
+"""The handler's landing buffer: rows of every owned partition gather in one batch that
+rolls into one file by row count, size or age (``core.landing``); the batch's messages are
+acked in bulk only once the file and its directory entry are durable.
+
+At most two batches exist: one filling, one landing. While the landing one is still being
+written (a slow or failing disk) and the filling one is full, partition workers stop
+fetching (``wait_for_room``): memory stays bounded and nothing is nak'd. Buffered messages
+are kept alive with in-progress acks, so a batch may wait out a long storage outage
+without spending any delivery attempt; only the lease bounds it.
+
+Ownership is checked twice per batch, each time with ``ownership_margin`` seconds to
+spare on the lease: right before the file becomes visible (inside the sink, after the
+slow write) and right before the ack. A handler paused past its lease makes nothing
+visible and acks nothing; its messages are redelivered to the partition's next owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from core.errors import OwnershipLostError
+from core.landing import RollPolicy, RollReason, retry_delay, roll_reason
+from core.messages import LandedRow
+from core.model import Partition
+from core.ports import Delivery, MembershipLease, Sink, Subscription
+from services.common.logs import fields
+from services.handler.metrics import HandlerMetrics
+
+__all__ = ["Lander", "LandingOptions"]
+
+log = logging.getLogger("shoal.handler")
+
+_ROW_OVERHEAD = 160  # bytes a row costs besides its payload (ids, timestamps), for max_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LandingOptions:
+    policy: RollPolicy
+    write_timeout: float  # one attempt to write a file; a stalled volume fails it
+    ownership_margin: float  # lease time left required before a file becomes visible
+    keepalive_interval: float  # in-progress acks for messages buffered this long (at most
+    # a third of the shortest ack_wait among the subscriptions, whichever is less)
+    retry_base: float  # backoff after a failed write: base, doubling...
+    retry_cap: float  # ...up to this
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    rows: list[LandedRow] = field(default_factory=list)
+    size: int = 0
+    oldest: float | None = None  # monotonic time of the first message added
+    kept_alive: float = 0.0  # monotonic time of the last in-progress acks
+    handover: bool = False  # holds a partition's first rows since its claim: roll early
+    pending: dict[Subscription, list[Delivery]] = field(default_factory=dict)
+    partitions: dict[Subscription, Partition] = field(default_factory=dict)
+    message_ids: set[str] = field(default_factory=set)
+
+    def holds(self, subscription: Subscription) -> bool:
+        return subscription in self.pending
+
+    def deliveries(self) -> int:
+        return sum(len(d) for d in self.pending.values())
+
+
+class Lander:
+    """One per lease: ``run`` in the task group that owns the lease's partitions."""
+
+    def __init__(
+        self,
+        *,
+        sink: Sink,
+        lease: MembershipLease,
+        options: LandingOptions,
+        metrics: HandlerMetrics,
+        on_landed: Callable[[Sequence[LandedRow]], None],
+    ) -> None:
+        self._sink = sink
+        self._lease = lease
+        self._options = options
+        self._metrics = metrics
+        self._on_landed = on_landed
+        self._keepalive_interval = options.keepalive_interval
+        # Subscriptions that delivered rows before: a new one is a partition just claimed.
+        self._started: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        self._filling = _Batch()
+        self._landing: _Batch | None = None
+        self._drain_requested = False
+        self._changed = anyio.Event()  # something was added, or a drain was requested
+        self._rolled = anyio.Event()  # the filling batch was taken: room again
+        self._settled = anyio.Event()  # a landing attempt finished (landed or dropped)
+
+    # -- partition workers -------------------------------------------------------------
+
+    def add(
+        self,
+        partition: Partition,
+        subscription: Subscription,
+        deliveries: Sequence[Delivery],
+        rows: Sequence[LandedRow],
+    ) -> None:
+        """Buffer ``rows`` and hold ``deliveries`` (all of them: data, announcements and
+        in-batch duplicates) until the file with the rows is durable."""
+        if not deliveries:
+            return
+        batch = self._filling
+        if batch.oldest is None:
+            batch.oldest = time.monotonic()
+            batch.kept_alive = batch.oldest
+        self._keepalive_interval = min(self._keepalive_interval, subscription.ack_wait / 3)
+        if subscription not in self._started:
+            self._started.add(subscription)
+            batch.handover = True
+        batch.pending.setdefault(subscription, []).extend(deliveries)
+        batch.partitions[subscription] = partition
+        for row in rows:
+            message_id = row.envelope.message_id
+            if message_id in batch.message_ids:
+                continue  # a redelivery in the same batch as its first copy: land once
+            batch.message_ids.add(message_id)
+            batch.rows.append(row)
+            batch.size += len(row.envelope.payload) + _ROW_OVERHEAD
+        self._metrics.buffered_rows.set(len(batch.rows))
+        self._notify()
+
+    def has_room(self) -> bool:
+        policy = self._options.policy
+        return len(self._filling.rows) < policy.max_rows and self._filling.size < policy.max_bytes
+
+    async def wait_for_room(self, within: float) -> bool:
+        """True once the filling batch has room (at once if it has); False after ``within``
+        seconds without room (the caller re-checks whether it should still fetch)."""
+        while not self.has_room():
+            rolled = self._rolled
+            with anyio.move_on_after(within):
+                await rolled.wait()
+                continue
+            return False
+        return True
+
+    def holds(self, subscription: Subscription) -> bool:
+        """True while deliveries of ``subscription`` wait in a batch."""
+        landing = self._landing
+        return self._filling.holds(subscription) or (
+            landing is not None and landing.holds(subscription)
+        )
+
+    async def flush(self, subscription: Subscription) -> None:
+        """Land (or, on a lost lease, drop) everything held for ``subscription`` now, and
+        return when none of it is buffered any more: the partition may then be released."""
+        while self.holds(subscription):
+            self._drain_requested = True
+            settled = self._settled
+            self._notify()
+            await settled.wait()
+
+    # -- the landing task --------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keep_alive)
+            await self._roll_forever()
+
+    async def _roll_forever(self) -> None:
+        policy = self._options.policy
+        while True:
+            batch = self._filling
+            reason = roll_reason(
+                policy,
+                rows=len(batch.rows),
+                size=batch.size,
+                oldest=batch.oldest,
+                now=time.monotonic(),
+                handover=batch.handover,
+            )
+            if reason is None and self._drain_requested and batch.pending:
+                reason = RollReason.DRAIN
+            if reason is None:
+                self._drain_requested = False
+                changed = self._changed
+                wait = (
+                    None
+                    if batch.oldest is None
+                    else policy.due_at(batch.oldest, handover=batch.handover)
+                )
+                with anyio.move_on_after(
+                    None if wait is None else max(0.0, wait - time.monotonic())
+                ):
+                    await changed.wait()
+                continue
+            self._filling = _Batch()
+            self._landing = batch
+            self._metrics.buffered_rows.set(0)
+            self._rolled.set()
+            self._rolled = anyio.Event()
+            try:
+                await self._land(batch, reason)
+            finally:
+                self._landing = None
+                self._settled.set()
+                self._settled = anyio.Event()
+
+    async def _land(self, batch: _Batch, reason: RollReason) -> None:
+        options = self._options
+        started = time.monotonic()
+        failures = 0
+        files = 0
+        while True:
+            try:
+                if not self._still_owned():
+                    self._drop(batch, "the lease expires before the file could be written")
+                    return
+                with anyio.fail_after(options.write_timeout):
+                    files = await self._sink.write(batch.rows, still_valid=self._still_owned)
+                break
+            except OwnershipLostError:
+                self._drop(batch, "the lease was about to expire when the file was ready")
+                return
+            except Exception as exc:  # any storage failure: wait and write again
+                failures += 1
+                delay = retry_delay(failures, base=options.retry_base, cap=options.retry_cap)
+                self._metrics.sink_failures.inc()
+                log.error(
+                    "landing failed; the batch stays buffered (kept alive, not nak'd) "
+                    "and is written again",
+                    extra=fields(
+                        error=repr(exc),
+                        rows=len(batch.rows),
+                        messages=batch.deliveries(),
+                        failures=failures,
+                        retry_in=delay,
+                    ),
+                )
+                await anyio.sleep(delay)
+        if not self._still_owned():
+            # The rows are visible; without the ack they come back to the next owner.
+            self._drop(batch, "the lease was about to expire after the file became visible")
+            return
+        await self._ack(batch)
+        elapsed = time.monotonic() - started
+        self._metrics.files.inc(files)
+        self._metrics.file_rows.observe(len(batch.rows))
+        self._metrics.landed.inc(len(batch.rows))
+        self._on_landed(batch.rows)
+        log.debug(
+            "landed",
+            extra=fields(
+                reason=reason.value,
+                rows=len(batch.rows),
+                files=files,
+                partitions=len(set(batch.partitions.values())),
+                seconds=round(elapsed, 3),
+            ),
+        )
+
+    async def _ack(self, batch: _Batch) -> None:
+        async def ack(subscription: Subscription, deliveries: list[Delivery]) -> None:
+            try:
+                await subscription.ack(deliveries)
+                self._metrics.acked.inc(len(deliveries))
+            except Exception as exc:  # the rows are durable: at worst they land again
+                log.warning(
+                    "ack not confirmed; those messages may be redelivered and land twice",
+                    extra=fields(
+                        partition=batch.partitions[subscription],
+                        messages=len(deliveries),
+                        error=repr(exc),
+                    ),
+                )
+
+        async with anyio.create_task_group() as tg:
+            for subscription, deliveries in batch.pending.items():
+                tg.start_soon(ack, subscription, deliveries)
+
+    def _still_owned(self) -> bool:
+        return not self._lease.is_lost(self._options.ownership_margin)
+
+    def _drop(self, batch: _Batch, why: str) -> None:
+        log.warning(
+            "batch dropped unwritten or unacked; its messages will be redelivered",
+            extra=fields(reason=why, rows=len(batch.rows), messages=batch.deliveries()),
+        )
+        self._metrics.dropped.inc(batch.deliveries())
+
+    async def _keep_alive(self) -> None:
+        while True:
+            interval = self._keepalive_interval
+            await anyio.sleep(interval / 2)
+            now = time.monotonic()
+            for batch in (self._landing, self._filling):
+                if batch is None or batch.oldest is None or now - batch.kept_alive < interval:
+                    continue
+                batch.kept_alive = now
+                for subscription, deliveries in list(batch.pending.items()):
+                    await subscription.keep_alive(list(deliveries))
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
