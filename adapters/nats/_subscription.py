@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -255,8 +256,10 @@ class NatsSubscription:
         )
 
     async def close(self) -> None:
-        """Unsubscribe. Unsettled deliveries may still be settled; the server redelivers
-        the others after ack_wait to whoever fetches next. Idempotent."""
+        """Unsubscribe, and nak what the server sent that no fetch returned (the tail of
+        the last pull request): the next owner gets it at once instead of after ack_wait.
+        Unsettled deliveries may still be settled; the server redelivers the others after
+        ack_wait to whoever fetches next. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -264,5 +267,24 @@ class NatsSubscription:
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
             try:
                 await self._psub.unsubscribe()
+                await self._nak_unfetched()
             except nats.errors.Error as exc:  # connection already closed: nothing to undo
                 log.debug("unsubscribe of partition %d: %r", self.partition, exc)
+
+    async def _nak_unfetched(self) -> None:
+        # nats-py keeps messages that arrived after a fetch returned in the subscription's
+        # queue for the next fetch; after unsubscribe nobody would take them.
+        queue: asyncio.Queue[Msg] | None = getattr(
+            getattr(self._psub, "_sub", None), "_pending_queue", None
+        )
+        if queue is None:
+            return
+        naked = 0
+        while not queue.empty():
+            msg = queue.get_nowait()
+            if msg.reply and msg.reply.startswith("$JS.ACK."):
+                await self._nc.publish(msg.reply, _NAK)
+                naked += 1
+        if naked:
+            await self._nc.flush(timeout=max(1, round(self._timeout)))
+            log.debug("partition %d: %d unfetched messages nak'd at close", self.partition, naked)
