@@ -25,6 +25,7 @@ class RollReason(StrEnum):
     BYTES = "bytes"  # the buffer holds max_bytes payload bytes
     AGE = "age"  # the oldest buffered row waited max_age seconds
     HANDOVER = "handover"  # a partition's first rows since it was claimed waited handover_age
+    IDLE = "idle"  # nothing was added for idle_age seconds: the stream went quiet
     DRAIN = "drain"  # a partition is being handed over (or the handler stops): land now
 
 
@@ -36,12 +37,16 @@ class RollPolicy:
     A buffer holding the first rows of a partition since it was claimed (a handler that
     joined, or took over from one that left or died) rolls after ``handover_age`` instead:
     data of a moved partition shows up within a second, at the cost of one small file per
-    handover."""
+    handover. And a buffer to which nothing was added for ``idle_age`` seconds rolls: the
+    stream went quiet (a burst ended), so waiting longer only delays its rows. Under a
+    steady stream rows keep coming and files stay large; a stream sparser than one message
+    per ``idle_age`` makes a file per message, so raise it for such streams."""
 
     max_rows: int = 20_000
     max_bytes: int = 64 * 1024 * 1024
     max_age: float = 10.0
     handover_age: float = 0.5
+    idle_age: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
@@ -51,13 +56,17 @@ class RollPolicy:
         if not self.max_age > 0:
             raise InvalidRollPolicyError(f"max_age must be above 0 s, not {self.max_age}")
         if not self.handover_age > 0:
-            raise InvalidRollPolicyError(
-                f"handover_age must be above 0 s, not {self.handover_age}"
-            )
+            raise InvalidRollPolicyError(f"handover_age must be above 0 s, not {self.handover_age}")
+        if not self.idle_age > 0:
+            raise InvalidRollPolicyError(f"idle_age must be above 0 s, not {self.idle_age}")
 
-    def due_at(self, oldest: float, *, handover: bool = False) -> float:
-        """When a buffer whose oldest row arrived at ``oldest`` rolls by age."""
-        return oldest + (min(self.max_age, self.handover_age) if handover else self.max_age)
+    def due_at(
+        self, oldest: float, *, newest: float | None = None, handover: bool = False
+    ) -> float:
+        """When a buffer whose oldest row arrived at ``oldest`` (and newest at ``newest``)
+        rolls by age, if nothing else comes first."""
+        due = oldest + (min(self.max_age, self.handover_age) if handover else self.max_age)
+        return due if newest is None else min(due, newest + self.idle_age)
 
 
 def roll_reason(
@@ -67,11 +76,12 @@ def roll_reason(
     size: int,
     oldest: float | None,
     now: float,
+    newest: float | None = None,
     handover: bool = False,
 ) -> RollReason | None:
     """Why a buffer of ``rows`` rows and ``size`` bytes, whose oldest row arrived at
-    ``oldest`` (``handover``: it holds a partition's first rows since its claim), must roll
-    at ``now``; None while it may keep filling (or is empty)."""
+    ``oldest`` and newest at ``newest`` (``handover``: it holds a partition's first rows
+    since its claim), must roll at ``now``; None while it may keep filling (or is empty)."""
     if rows == 0 or oldest is None:
         return None
     if rows >= policy.max_rows:
@@ -82,6 +92,8 @@ def roll_reason(
         return RollReason.AGE
     if handover and now >= policy.due_at(oldest, handover=True):
         return RollReason.HANDOVER
+    if newest is not None and now >= newest + policy.idle_age:
+        return RollReason.IDLE
     return None
 
 

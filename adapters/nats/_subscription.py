@@ -22,7 +22,7 @@ from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
 
-__all__ = ["NatsDelivery", "NatsSubscription"]
+__all__ = ["GroupFlush", "NatsDelivery", "NatsSubscription"]
 
 log = logging.getLogger("shoal.adapters.nats")
 
@@ -142,6 +142,33 @@ class NatsDelivery:
             raise TimeoutError(f"settlement not confirmed: {exc!r}") from exc
 
 
+class GroupFlush:
+    """One PING/PONG round trip shared by every caller that asked for it before it
+    started: a handler acking 128 partitions at once flushes the connection once or
+    twice, not 128 times (concurrent flushes also trip a nats-py race on the PONG)."""
+
+    def __init__(self, nc: Client, timeout: float) -> None:
+        self._nc = nc
+        self._timeout = max(1, round(timeout))
+        self._lock = anyio.Lock()
+        self._requested = 0
+        self._confirmed = 0
+
+    async def flush(self) -> None:
+        """Return once the server has processed everything published before this call."""
+        self._requested += 1
+        wanted = self._requested
+        async with self._lock:
+            if self._confirmed >= wanted:
+                return  # a flush that started after our publishes has come back
+            covers = self._requested
+            # Shielded (it is bounded by its own timeout): nats-py answers a PONG whose
+            # waiter was cancelled with InvalidStateError, which drops the connection.
+            with anyio.CancelScope(shield=True):
+                await self._nc.flush(timeout=self._timeout)
+            self._confirmed = max(self._confirmed, covers)
+
+
 class NatsSubscription:
     """A pull subscription bound to the partition's durable consumer."""
 
@@ -157,6 +184,7 @@ class NatsSubscription:
         stream: str,
         request_timeout: float,
         ack_wait: float,
+        flusher: GroupFlush,
         on_close: Callable[[NatsSubscription], None],
     ) -> None:
         self.partition = partition
@@ -169,6 +197,7 @@ class NatsSubscription:
         self._stream = stream
         self._timeout = request_timeout
         self._on_close = on_close
+        self._flusher = flusher
         self._closed = False
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
@@ -213,7 +242,7 @@ class NatsSubscription:
                 claimed.append(delivery)
                 await self._nc.publish(reply, _ACK)
             if claimed:
-                await self._nc.flush(timeout=max(1, round(self._timeout)))
+                await self._flusher.flush()
         except (nats.errors.Error, TimeoutError) as exc:
             for delivery in claimed:
                 delivery.unclaim()
@@ -286,5 +315,5 @@ class NatsSubscription:
                 await self._nc.publish(msg.reply, _NAK)
                 naked += 1
         if naked:
-            await self._nc.flush(timeout=max(1, round(self._timeout)))
+            await self._flusher.flush()
             log.debug("partition %d: %d unfetched messages nak'd at close", self.partition, naked)

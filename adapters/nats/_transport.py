@@ -22,7 +22,7 @@ from adapters.nats._codec import encode
 from adapters.nats._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
-from adapters.nats._subscription import NatsSubscription
+from adapters.nats._subscription import GroupFlush, NatsSubscription
 from core.errors import PublishError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
@@ -59,6 +59,7 @@ class NatsTransport:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._dead: DeadLetters | None = None
+        self._flusher: GroupFlush | None = None
         self._subscriptions: set[NatsSubscription] = set()
         self._closing = False
         self._batch_slots = anyio.Semaphore(self.settings.max_inflight_batches)
@@ -89,6 +90,7 @@ class NatsTransport:
         try:
             self._js = self._nc.jetstream(timeout=s.request_timeout)
             self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
+            self._flusher = GroupFlush(self._nc, s.request_timeout)
             await self._ensure_stream(self._stream_config())
             await self._ensure_stream(self._dead.stream_config())
             await self._dead.start()
@@ -114,7 +116,7 @@ class NatsTransport:
         publish() and settlements are confirmed before they return; a flush is enough.
         """
         nc, dead = self._nc, self._dead
-        self._nc, self._js, self._dead = None, None, None
+        self._nc, self._js, self._dead, self._flusher = None, None, None, None
         if nc is None or nc.is_closed:
             return
         self._closing = True
@@ -247,7 +249,7 @@ class NatsTransport:
         )
         await js.add_consumer(s.stream, config, timeout=s.request_timeout)
         psub = await js.pull_subscribe_bind(consumer=name, stream=s.stream)
-        assert self._nc is not None and self._dead is not None
+        assert self._nc is not None and self._dead is not None and self._flusher is not None
         log.debug("partition %d opened by %s", partition, consumer_id)
         sub = NatsSubscription(
             partition,
@@ -259,6 +261,7 @@ class NatsTransport:
             stream=s.stream,
             request_timeout=s.request_timeout,
             ack_wait=s.ack_wait,
+            flusher=self._flusher,
             on_close=self._subscriptions.discard,
         )
         self._subscriptions.add(sub)

@@ -88,6 +88,8 @@ class HandlerSettings(BaseSettings):
     roll_age: float = Field(default=10.0, gt=0)
     # ...or after roll_handover_age when it holds a partition's first rows since its claim.
     roll_handover_age: float = Field(default=0.5, gt=0)
+    # ...or once nothing was added for roll_idle_age (a burst ended: do not hold its tail).
+    roll_idle_age: float = Field(default=1.0, gt=0)
     # One attempt to write a file; a stalled volume fails it (and it is retried).
     write_timeout: float = Field(default=30.0, gt=0)
     # Lease time that must remain when a file becomes visible and when it is acked:

@@ -55,6 +55,7 @@ class _Batch:
     rows: list[LandedRow] = field(default_factory=list)
     size: int = 0
     oldest: float | None = None  # monotonic time of the first message added
+    newest: float | None = None  # monotonic time of the last message added
     kept_alive: float = 0.0  # monotonic time of the last in-progress acks
     handover: bool = False  # holds a partition's first rows since its claim: roll early
     pending: dict[Subscription, list[Delivery]] = field(default_factory=dict)
@@ -109,8 +110,9 @@ class Lander:
         if not deliveries:
             return
         batch = self._filling
+        batch.newest = time.monotonic()
         if batch.oldest is None:
-            batch.oldest = time.monotonic()
+            batch.oldest = batch.newest
             batch.kept_alive = batch.oldest
         self._keepalive_interval = min(self._keepalive_interval, subscription.ack_wait / 3)
         if subscription not in self._started:
@@ -176,6 +178,7 @@ class Lander:
                 size=batch.size,
                 oldest=batch.oldest,
                 now=time.monotonic(),
+                newest=batch.newest,
                 handover=batch.handover,
             )
             if reason is None and self._drain_requested and batch.pending:
@@ -186,7 +189,7 @@ class Lander:
                 wait = (
                     None
                     if batch.oldest is None
-                    else policy.due_at(batch.oldest, handover=batch.handover)
+                    else policy.due_at(batch.oldest, newest=batch.newest, handover=batch.handover)
                 )
                 with anyio.move_on_after(
                     None if wait is None else max(0.0, wait - time.monotonic())

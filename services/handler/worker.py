@@ -91,6 +91,7 @@ class Handler:
                 max_bytes=settings.roll_bytes,
                 max_age=settings.roll_age,
                 handover_age=settings.roll_handover_age,
+                idle_age=settings.roll_idle_age,
             ),
             write_timeout=settings.write_timeout,
             ownership_margin=settings.margin,

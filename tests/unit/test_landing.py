@@ -23,6 +23,7 @@ policies = st.builds(
     max_bytes=st.integers(1, 2**40),
     max_age=st.floats(0.001, 3600, allow_nan=False),
     handover_age=st.floats(0.001, 3600, allow_nan=False),
+    idle_age=st.floats(0.001, 3600, allow_nan=False),
 )
 times = st.floats(0, 1e9, allow_nan=False)
 
@@ -78,6 +79,21 @@ def test_a_handover_rolls_after_handover_age_not_max_age() -> None:
     assert roll_reason(policy, rows=1, size=1, oldest=0.0, now=0.5) is None
 
 
+@given(policies, st.integers(1, 200_000), times, st.floats(0, 1e4), st.floats(0, 1e4))
+def test_a_buffer_rolls_when_nothing_was_added_for_idle_age(
+    policy: RollPolicy, rows: int, oldest: float, filled_for: float, quiet_for: float
+) -> None:
+    newest = oldest + filled_for
+    now = newest + quiet_for
+    reason = roll_reason(policy, rows=rows, size=0, oldest=oldest, now=now, newest=newest)
+    plain = roll_reason(policy, rows=rows, size=0, oldest=oldest, now=now)
+    if plain is not None:
+        assert reason is plain
+    else:
+        assert (reason is RollReason.IDLE) == (now >= newest + policy.idle_age)
+        assert (reason is None) == (now < policy.due_at(oldest, newest=newest))
+
+
 @given(policies, times, st.floats(0, 1e4))
 def test_an_empty_buffer_never_rolls(policy: RollPolicy, oldest: float, waited: float) -> None:
     assert roll_reason(policy, rows=0, size=0, oldest=None, now=oldest + waited) is None
@@ -91,6 +107,7 @@ def test_an_empty_buffer_never_rolls(policy: RollPolicy, oldest: float, waited: 
         ({"max_age": 0.0}, "max_age must be above 0"),
         ({"max_age": float("nan")}, "max_age must be above 0"),
         ({"handover_age": 0.0}, "handover_age must be above 0"),
+        ({"idle_age": -1.0}, "idle_age must be above 0"),
     ],
 )
 def test_a_policy_that_cannot_work_is_refused(kwargs: dict[str, float], message: str) -> None:
