@@ -34,17 +34,19 @@ class RollPolicy:
     """Roll when the buffer reaches ``max_rows`` rows, ``max_bytes`` bytes, or when its
     oldest row is ``max_age`` seconds old, whichever comes first.
 
-    A buffer holding the first rows of a partition since it was claimed (a handler that
-    joined, or took over from one that left or died) rolls after ``handover_age`` instead:
-    data of a moved partition shows up within a second, at the cost of one small file per
-    handover. And a buffer to which nothing was added for ``idle_age`` seconds rolls: the
-    stream went quiet (a burst ended), so waiting longer only delays its rows. Under a
-    steady stream rows keep coming and files stay large; a stream sparser than one message
-    per ``idle_age`` makes a file per message, so raise it for such streams."""
+    A buffer holding a partition's first rows after its claim, fetched within
+    ``handover_age`` of it (the backlog of a partition that moved: a handler joined, or
+    took over from one that left or died), rolls after ``handover_age`` instead: data of a
+    moved partition shows up within a second, at the cost of one small file per handover.
 
-    max_rows: int = 20_000
+    And a buffer to which nothing was added for ``idle_age`` seconds rolls: the stream went
+    quiet (a burst ended), so waiting longer only delays its rows. Under a steady stream
+    rows keep coming and files stay large; a stream sparser than one message per
+    ``idle_age`` makes a file per message, so raise it for such streams."""
+
+    max_rows: int = 10_000
     max_bytes: int = 64 * 1024 * 1024
-    max_age: float = 10.0
+    max_age: float = 20.0
     handover_age: float = 0.5
     idle_age: float = 1.0
 

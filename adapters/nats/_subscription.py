@@ -50,7 +50,9 @@ class NatsDelivery:
     ack too). Unsettled messages come back after ack_wait: at-least-once, never lost.
     """
 
-    __slots__ = ("_attempt", "_dead", "_envelope", "_msg", "_nc", "_settled", "_timeout")
+    # Only the ack subject of the message is kept, not the message (its headers and
+    # subject): a handler holds tens of thousands of deliveries while a file fills.
+    __slots__ = ("_attempt", "_dead", "_envelope", "_nc", "_reply", "_settled", "_timeout")
 
     def __init__(
         self,
@@ -62,7 +64,7 @@ class NatsDelivery:
         dead: DeadLetters,
         timeout: float,
     ) -> None:
-        self._msg = msg
+        self._reply: str = msg.reply or ""
         self._envelope = envelope
         self._attempt = attempt
         self._nc = nc
@@ -104,10 +106,10 @@ class NatsDelivery:
     def claim_ack(self) -> str | None:
         """Mark settled for a bulk ack; the ack subject to publish to, or None when this
         delivery was settled already (the first settlement wins)."""
-        if self._settled or not self._msg.reply:
+        if self._settled or not self._reply:
             return None
         self._settled = True
-        return self._msg.reply
+        return self._reply
 
     def unclaim(self) -> None:
         """A bulk ack that was not confirmed: the delivery may be settled again."""
@@ -116,7 +118,7 @@ class NatsDelivery:
     @property
     def reply(self) -> str | None:
         """The ack subject while unsettled (for in-progress acks), else None."""
-        return None if self._settled else self._msg.reply or None
+        return None if self._settled else self._reply or None
 
     async def _settle(self, payload: bytes) -> None:
         if self._settled:
@@ -129,7 +131,7 @@ class NatsDelivery:
             raise
 
     async def _request(self, payload: bytes) -> None:
-        reply = self._msg.reply
+        reply = self._reply
         if not reply:
             raise ValueError("not a JetStream message: no ack subject")
         if not self._nc.is_connected:

@@ -53,6 +53,9 @@ class UpOptions:
     partitions: int = 128
     gateway_port: int = 8080
     dashboard_port: int = 8090
+    # True: nats-server fsyncs every write (survives a power loss on one server); False:
+    # the server's default sync interval (faster; what replicated streams usually run).
+    nats_sync_always: bool = True
 
 
 @dataclass
@@ -227,7 +230,9 @@ async def run_up(options: UpOptions, console: Console) -> None:
 async def _serve(stack: _Stack, stop: anyio.Event) -> None:
     options, console = stack.options, stack.console
     async with ServerGroup(stop_timeout=3) as servers:
-        nats = await servers.astart(start_nats, stack.run_dir / "nats", keep=True)
+        nats = await servers.astart(
+            start_nats, stack.run_dir / "nats", keep=True, sync_always=options.nats_sync_always
+        )
         etcd = await servers.astart(start_etcd, stack.run_dir / "etcd", keep=True)
         stack.servers = {"nats": nats.url, "etcd": etcd.endpoint}
         gateway_port = _port(options.gateway_port)
@@ -239,6 +244,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
             "SHOAL_COORDINATION": "etcd",
             "SHOAL_TRANSPORT": "nats",
             "SHOAL_NATS_URL": nats.url,
+            "SHOAL_NATS_SYNC_ALWAYS": "true" if options.nats_sync_always else "false",
             "SHOAL_ETCD_ENDPOINTS": etcd.endpoint,
             "SHOAL_HANDLER_DATA_DIR": str(stack.data_dir),
             "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",

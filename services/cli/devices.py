@@ -40,6 +40,7 @@ class LoadPlan:
     max_attempts: int = 30  # per batch, over 503s and connection errors
     request_timeout: float = 30.0
     keep_ids: bool = True  # remember every accepted message id (tests); False: counts only
+    message_bytes: int = 0  # pad each JSON message to about this many bytes (0: no padding)
 
 
 @dataclass
@@ -72,12 +73,17 @@ class _Batch:
     project: str
     first: int
     count: int
+    message_bytes: int = 0
 
     def body(self) -> bytes:
-        return b"\n".join(
-            json.dumps({"n": n, "project": self.project, "v": n % 97}).encode()
-            for n in range(self.first, self.first + self.count)
-        )
+        return b"\n".join(self._message(n) for n in range(self.first, self.first + self.count))
+
+    def _message(self, n: int) -> bytes:
+        fields: dict[str, object] = {"n": n, "project": self.project, "v": n % 97}
+        short = len(json.dumps(fields)) + len(', "pad": ""')
+        if self.message_bytes > short:
+            fields["pad"] = "x" * (self.message_bytes - short)
+        return json.dumps(fields).encode()
 
 
 class LoadGenerator:
@@ -111,7 +117,7 @@ class LoadGenerator:
             count = plan.batch
             if plan.messages is not None:
                 count = min(count, plan.messages - first)
-            yield _Batch(project_id(k % plan.projects + 1), first, count)
+            yield _Batch(project_id(k % plan.projects + 1), first, count, plan.message_bytes)
 
     async def run(self, stop: anyio.Event | None = None) -> LoadSummary:
         """Send the plan (or until ``stop``), then return the summary."""

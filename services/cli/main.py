@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -20,6 +21,12 @@ from services.cli.devices import LoadPlan, LoadSummary, run_devices
 __all__ = ["app", "main"]
 
 USAGE_ERROR = 2
+
+
+class NatsSync(StrEnum):
+    ALWAYS = "always"
+    RELAXED = "relaxed"
+
 
 app = typer.Typer(
     name="shoal",
@@ -153,6 +160,13 @@ def up(
         Path | None, typer.Option(help="landing zone (default: var/up/TIMESTAMP)")
     ] = None,
     simulator: Annotated[bool, typer.Option(help="run the device simulator")] = True,
+    nats_sync: Annotated[
+        NatsSync,
+        typer.Option(
+            help="always: nats-server fsyncs every write (durable on one server); relaxed: "
+            "the server's default sync interval (faster, as replicated streams run)"
+        ),
+    ] = NatsSync.ALWAYS,
 ) -> None:
     """Run the whole pipeline locally on real servers: nats-server and etcd, 2 leaders,
     handlers under the local scaler, a gateway, and a device simulator."""
@@ -165,11 +179,32 @@ def up(
         handlers=handlers,
         data_dir=data_dir,
         simulator=simulator,
+        nats_sync_always=nats_sync is NatsSync.ALWAYS,
     )
     try:
         anyio.run(run_up, options, Console(highlight=False, stderr=True))
     except RuntimeError as exc:
         _fail(str(exc))
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def bench(ctx: typer.Context) -> None:
+    """The pipeline benchmark (the same as `tox -e bench`): shoal end to end against plain
+    nats-py and aiokafka, durable and relaxed, on servers it starts; prints one table.
+    Options go to it: --messages N, --transports nats,kafka, --modes durable,relaxed,
+    --no-rebalance, --json FILE."""
+    import subprocess  # noqa: PLC0415 (see _lazy)
+    import sys  # noqa: PLC0415
+
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / "tests" / "bench" / "pipeline.py").is_file():
+        _fail(f"the benchmark ships with the source checkout; not found under {checkout}")
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.pipeline", *ctx.args], cwd=checkout, check=False
+    )
+    raise typer.Exit(done.returncode)
 
 
 # _lazy: the service commands import their service when run, so that `shoal partition` and

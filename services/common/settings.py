@@ -83,10 +83,11 @@ class HandlerSettings(BaseSettings):
     retry_delay: float = Field(default=0.5, gt=0)
     retry_cap: float = Field(default=10.0, gt=0)
     # A file rolls at roll_rows rows, roll_bytes bytes or roll_age seconds, first reached.
-    roll_rows: int = Field(default=20_000, ge=1)
+    roll_rows: int = Field(default=10_000, ge=1)
     roll_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
-    roll_age: float = Field(default=10.0, gt=0)
-    # ...or after roll_handover_age when it holds a partition's first rows since its claim.
+    roll_age: float = Field(default=20.0, gt=0)
+    # ...or after roll_handover_age when it holds a partition's first rows, fetched within
+    # roll_handover_age of its claim (a moved partition's backlog).
     roll_handover_age: float = Field(default=0.5, gt=0)
     # ...or once nothing was added for roll_idle_age (a burst ended: do not hold its tail).
     roll_idle_age: float = Field(default=1.0, gt=0)

@@ -87,8 +87,9 @@ class Lander:
         self._metrics = metrics
         self._on_landed = on_landed
         self._keepalive_interval = options.keepalive_interval
-        # Subscriptions that delivered rows before: a new one is a partition just claimed.
-        self._started: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        # When each subscription was opened, until its first rows arrive: rows fetched
+        # within handover_age of the claim are a moved partition's backlog.
+        self._opened: weakref.WeakKeyDictionary[Subscription, float] = weakref.WeakKeyDictionary()
         self._filling = _Batch()
         self._landing: _Batch | None = None
         self._drain_requested = False
@@ -115,8 +116,8 @@ class Lander:
             batch.oldest = batch.newest
             batch.kept_alive = batch.oldest
         self._keepalive_interval = min(self._keepalive_interval, subscription.ack_wait / 3)
-        if subscription not in self._started:
-            self._started.add(subscription)
+        opened = self._opened.pop(subscription, None)
+        if opened is not None and batch.newest - opened <= self._options.policy.handover_age:
             batch.handover = True
         batch.pending.setdefault(subscription, []).extend(deliveries)
         batch.partitions[subscription] = partition
@@ -130,9 +131,21 @@ class Lander:
         self._metrics.buffered_rows.set(len(batch.rows))
         self._notify()
 
+    def opened(self, subscription: Subscription) -> None:
+        """A partition was just claimed and opened: its first rows, if they come at once
+        (a backlog handed over), roll after ``handover_age``."""
+        self._opened[subscription] = time.monotonic()
+
     def has_room(self) -> bool:
+        return self.room() > 0
+
+    def room(self) -> int:
+        """Rows the filling batch takes before it rolls by row count (0 when it is full by
+        rows or bytes): fetches are sized to it, so memory stays near two batches."""
         policy = self._options.policy
-        return len(self._filling.rows) < policy.max_rows and self._filling.size < policy.max_bytes
+        if self._filling.size >= policy.max_bytes:
+            return 0
+        return max(0, policy.max_rows - len(self._filling.rows))
 
     async def wait_for_room(self, within: float) -> bool:
         """True once the filling batch has room (at once if it has); False after ``within``

@@ -264,6 +264,7 @@ class Handler:
         try:
             self._projects[partition] = set(await self._store.projects(partition))
             subscription = await self._transport.open(partition, self._id)
+            self._lander.opened(subscription)
             try:
                 await self._consume(ownership, subscription)
             finally:
@@ -324,7 +325,8 @@ class Handler:
         while not ownership.revoked.is_set():
             if not await self._lander.wait_for_room(within=settings.fetch_timeout):
                 continue  # the buffer is full while the previous roll is written: hold off
-            deliveries = await subscription.fetch(settings.fetch_batch, settings.fetch_timeout)
+            size = min(settings.fetch_batch, max(1, self._lander.room()))
+            deliveries = await subscription.fetch(size, settings.fetch_timeout)
             if deliveries:
                 await self._take(ownership, subscription, deliveries)
 

@@ -1,0 +1,528 @@
+"""The pipeline benchmark: shoal end to end against plain clients, in one run on one machine.
+
+    python -m tests.bench.pipeline [--messages N] [--transports nats,kafka]
+                                   [--modes durable,relaxed] [--no-rebalance] [--json FILE]
+
+For every transport and mode it runs, on the same fresh servers:
+
+- shoal: HTTP gateway -> broker -> 2 handlers -> Parquet (etcd coordination, a leader),
+  ``--messages`` messages of about 200 bytes posted as NDJSON batches of 100 by 16
+  concurrent clients over 1,000 projects; timed from the first POST to the modification
+  time of the last Parquet file once every accepted row is in a file under its final name;
+- raw: the same count and size with no shoal code (``tests.bench._raw``): one producer
+  process (per-message async publish / send), two consumer processes (one pull consumer per
+  partition, fetch + ack / getmany + commit), 128 partitions; timed from the producer's
+  first publish to the last consumer's last ack.
+
+Modes: durable (nats-server ``sync_interval: always``, shoal up's default; Kafka
+``log.flush.interval.messages=1``) and relaxed (both servers' default sync). Then, on NATS
+durable: rows per file and latency at 200 messages/s, rebalance timings (join, SIGTERM,
+SIGKILL) at 128 partitions, and resident memory of every process. Prints one table;
+targets are shown, not asserted (the CI gate is ``tests/bench/test_gate.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.table import Table
+
+from infra.local.kafka import start_kafka
+from infra.local.servers import start_etcd, start_nats
+from services.cli.devices import LoadGenerator, LoadPlan
+from services.common.settings import HandlerSettings
+from tests.bench._raw import share
+from tests.e2e._cluster import Cluster, member_ids, partitions_of, settled
+
+PARTITIONS = 128
+MESSAGE_BYTES = 200
+HANDLERS = ("h1", "h2")
+REPO = Path(__file__).resolve().parents[2]
+DEFAULTS = HandlerSettings()
+
+
+@dataclass
+class Throughput:
+    transport: str
+    mode: str
+    messages: int
+    shoal_rate: float
+    raw_rate: float
+    median_file_rows: float
+    p10_file_rows: float
+    files: int
+    latency_p50: float
+    latency_p99: float
+    rss_mb: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.shoal_rate / self.raw_rate if self.raw_rate else 0.0
+
+
+@dataclass
+class Steady:
+    rate: float
+    rows: int
+    median_file_rows: float
+    p10_file_rows: float
+    latency_p50: float
+    latency_p99: float
+
+
+@dataclass
+class Rebalance:
+    join_s: float
+    leave_s: float
+    crash_s: float
+    rss_mb: dict[str, float] = field(default_factory=dict)
+
+
+# -- the landing zone ------------------------------------------------------------------
+
+
+@dataclass
+class Zone:
+    """The landed files, read once each (files are never rewritten once visible)."""
+
+    data_dir: Path
+    files: dict[Path, tuple[int, float]] = field(default_factory=dict)  # rows, mtime
+
+    def refresh(self) -> int:
+        for path in self.data_dir.glob("date=*/*.parquet"):
+            if path not in self.files:
+                self.files[path] = (pq.ParquetFile(path).metadata.num_rows, path.stat().st_mtime)
+        return sum(rows for rows, _ in self.files.values())
+
+    def since(self, start: float, end: float = float("inf")) -> dict[Path, tuple[int, float]]:
+        return {p: v for p, v in self.files.items() if start <= v[1] < end}
+
+    async def until_rows(self, rows: int, within: float) -> None:
+        with anyio.fail_after(within):
+            # Files on disk are the outcome, written by other processes: nothing to await.
+            while self.refresh() < rows:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+
+
+def file_rows(files: Mapping[Path, tuple[int, float]]) -> tuple[float, float]:
+    counts = sorted(rows for rows, _ in files.values())
+    if not counts:
+        return 0.0, 0.0
+    return statistics.median(counts), counts[max(0, int(len(counts) * 0.1) - 1)]
+
+
+def latencies(files: Mapping[Path, tuple[int, float]]) -> tuple[float, float]:
+    """p50 and p99 of (file visible - message received at the gateway), in seconds."""
+    values: list[float] = []
+    for path, (_, mtime) in files.items():
+        received = pq.read_table(path, columns=["received_at"]).column("received_at")
+        micros = pc.cast(received, "int64").to_pylist()
+        values.extend(mtime - us / 1e6 for us in micros)
+    if not values:
+        return 0.0, 0.0
+    values.sort()
+    return values[len(values) // 2], values[min(len(values) - 1, int(len(values) * 0.99))]
+
+
+def rss_mb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of ``pid`` in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- servers -----------------------------------------------------------------------------
+
+
+@dataclass
+class Servers:
+    etcd: str
+    nats: str | None = None
+    kafka: str | None = None
+
+
+@contextmanager
+def servers_for(mode: str, transports: list[str], etcd: str) -> Iterator[Servers]:
+    durable = mode == "durable"
+    started: list[Any] = []
+    try:
+        found = Servers(etcd=etcd)
+        if "nats" in transports:
+            nats = start_nats(sync_always=durable)
+            started.append(nats)
+            found.nats = nats.url
+        if "kafka" in transports:
+            config = {"log.flush.interval.messages": "1"} if durable else {}
+            kafka = start_kafka(config=config, heap=("512m", "1g"))
+            started.append(kafka)
+            found.kafka = kafka.endpoint
+        yield found
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+def backend_env(transport: str, servers: Servers, durable: bool) -> Callable[[str], dict[str, str]]:
+    def env(suffix: str) -> dict[str, str]:
+        values = {
+            "SHOAL_COORDINATION": "etcd",
+            "SHOAL_TRANSPORT": transport,
+            "SHOAL_ETCD_ENDPOINTS": servers.etcd,
+        }
+        if transport == "nats":
+            assert servers.nats is not None
+            values |= {
+                "SHOAL_NATS_URL": servers.nats,
+                "SHOAL_NATS_STREAM": f"B_{suffix}",
+                "SHOAL_NATS_SUBJECT_PREFIX": f"b.{suffix}",
+                "SHOAL_NATS_DEAD_LETTER_STREAM": f"B_DLQ_{suffix}",
+                "SHOAL_NATS_DEAD_LETTER_PREFIX": f"bdlq.{suffix}",
+                "SHOAL_NATS_SYNC_ALWAYS": "true" if durable else "false",
+            }
+        else:
+            assert servers.kafka is not None
+            values |= {
+                "SHOAL_KAFKA_BOOTSTRAP_SERVERS": servers.kafka,
+                "SHOAL_KAFKA_TOPIC": f"b.{suffix}.data",
+                "SHOAL_KAFKA_DEAD_LETTER_TOPIC": f"b.{suffix}.dlq",
+                "SHOAL_KAFKA_REGISTRATION_TOPIC": f"b.{suffix}.reg",
+            }
+        return values
+
+    return env
+
+
+# -- the raw baselines -------------------------------------------------------------------
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.bench._raw", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _expect(proc: subprocess.Popen[str], word: str) -> str:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(word):
+            return line[len(word) :].strip()
+    raise RuntimeError(f"{proc.args!r} exited ({proc.wait()}) before printing {word!r}")
+
+
+def raw_rate(transport: str, servers: Servers, messages: int) -> float:
+    """Messages per second of the plain-client pipeline (blocking: run in a thread)."""
+    name = f"RAW{os.getpid()}{time.monotonic_ns() % 1_000_000}"
+    where = servers.nats if transport == "nats" else servers.kafka
+    assert where is not None
+    target = name if transport == "nats" else name.lower()
+    setup = _spawn(f"{transport}-setup", where, target, str(PARTITIONS))
+    if setup.wait() != 0:
+        raise RuntimeError(f"{transport} baseline setup failed")
+    half = PARTITIONS // 2
+    ranges = [(0, half - 1), (half, PARTITIONS - 1)]
+    consumers = [
+        _spawn(
+            f"{transport}-consume",
+            where,
+            target,
+            str(first),
+            str(last),
+            str(share(messages, PARTITIONS, first, last)),
+        )
+        for first, last in ranges
+    ]
+    try:
+        for consumer in consumers:
+            _expect(consumer, "ready")
+        producer = _spawn(
+            f"{transport}-produce",
+            where,
+            target,
+            str(PARTITIONS),
+            str(messages),
+            str(MESSAGE_BYTES),
+        )
+        started = float(_expect(producer, "started"))
+        finished = max(float(_expect(c, "done")) for c in consumers)
+        producer.wait(60)
+        return messages / (finished - started)
+    finally:
+        for proc in consumers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+# -- shoal -------------------------------------------------------------------------------
+
+
+async def start_cluster(
+    env: Callable[[str], dict[str, str]], work: Path, handlers: tuple[str, ...] = HANDLERS
+) -> Cluster:
+    cluster = Cluster(backend_env=env, work_dir=work, partitions=PARTITIONS)
+    await cluster.__aenter__()
+    await cluster.start_gateway()
+    await cluster.start_leader("leader")
+    await cluster.start_handlers(*handlers)
+    await cluster.wait_for(lambda d: settled(d, set(handlers)), 90, "handlers hold every partition")
+    return cluster
+
+
+def plan(messages: int | None, rate: float | None = None) -> LoadPlan:
+    return LoadPlan(
+        messages=messages,
+        projects=1_000,
+        batch=100,
+        concurrency=16,
+        rate=rate,
+        keep_ids=False,
+        message_bytes=MESSAGE_BYTES,
+    )
+
+
+async def shoal_throughput(
+    transport: str, mode: str, servers: Servers, messages: int, work: Path
+) -> tuple[float, Zone, dict[str, float]]:
+    cluster = await start_cluster(backend_env(transport, servers, mode == "durable"), work)
+    try:
+        gateway = cluster.process("gateway")
+        started = time.time()
+        summary = await LoadGenerator(gateway.url, plan(messages)).run()
+        if summary.accepted_count != messages:
+            raise RuntimeError(f"the gateway did not accept everything: {summary.line()}")
+        zone = Zone(cluster.data_dir)
+        await zone.until_rows(messages, within=600)
+        finished = max(mtime for _, mtime in zone.files.values())
+        memory = {name: rss_mb(proc.pid) for name, proc in cluster.processes.items()}
+        return messages / (finished - started), zone, memory
+    finally:
+        await cluster.__aexit__(None, None, None)
+
+
+async def steady_and_rebalance(servers: Servers, work: Path) -> tuple[Steady, Rebalance]:
+    """NATS durable, 2 handlers: 30 s at 200 msgs/s (files, latency), then under a steady
+    2,000 msgs/s: a third handler joins, leaves with SIGTERM, and h2 is SIGKILLed."""
+    cluster = await start_cluster(backend_env("nats", servers, True), work)
+    try:
+        gateway = cluster.process("gateway")
+        zone = Zone(cluster.data_dir)
+        start = time.time()
+        await LoadGenerator(gateway.url, plan(6_000, rate=200)).run()
+        await zone.until_rows(6_000, within=DEFAULTS.roll_age * 3 + 30)
+        window = zone.since(start)
+        median, p10 = file_rows(window)
+        p50, p99 = latencies(window)
+        steady = Steady(200, zone.refresh(), median, p10, p50, p99)
+
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(LoadGenerator(gateway.url, plan(None, rate=2_000)).run, stop)
+            await anyio.sleep(3)
+            join = await _join(cluster, zone, "h3")
+            leave = await _departure(cluster, zone, "h3", signal.SIGTERM)
+            crash = await _departure(cluster, zone, "h2", signal.SIGKILL)
+            memory = {
+                name: rss_mb(proc.pid) for name, proc in cluster.processes.items() if proc.running()
+            }
+            stop.set()
+        return steady, Rebalance(join, leave, crash, memory)
+    finally:
+        await cluster.__aexit__(None, None, None)
+
+
+async def _join(cluster: Cluster, zone: Zone, name: str) -> float:
+    await cluster.start_handler(name, ready=False)
+    await cluster.wait_for(lambda d: name in member_ids(d), 60, f"{name} joined")
+    joined = time.time()
+    return await _first_row(zone, joined, lambda path, _: path.name.startswith(f"{name}-"))
+
+
+async def _departure(cluster: Cluster, zone: Zone, name: str, sig: signal.Signals) -> float:
+    doc = await cluster.status()
+    moved = set(partitions_of(doc, name))
+    at = cluster.kill(name, sig)
+
+    def landed_again(path: Path, _: float) -> bool:
+        if path.name.startswith(f"{name}-"):
+            return False
+        partitions = pq.read_table(path, columns=["partition"]).column("partition")
+        return bool(moved & set(pc.unique(partitions).to_pylist()))
+
+    return await _first_row(zone, at, landed_again)
+
+
+async def _first_row(zone: Zone, since: float, match: Callable[[Path, float], bool]) -> float:
+    with anyio.fail_after(120):
+        while True:
+            zone.refresh()
+            hits = [m for p, (_, m) in zone.since(since).items() if match(p, m)]
+            if hits:
+                return min(hits) - since
+            await anyio.sleep(0.1)
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def report(
+    console: Console,
+    runs: list[Throughput],
+    steady: Steady | None,
+    rebalance: Rebalance | None,
+) -> None:
+    table = Table(title=f"shoal pipeline benchmark ({os.cpu_count()} cores)")
+    for column in ("figure", "value", "target", ""):
+        table.add_column(column)
+
+    def row(figure: str, value: str, target: str = "", ok: bool | None = None) -> None:
+        table.add_row(figure, value, target, "" if ok is None else ("PASS" if ok else "MISS"))
+
+    for run in runs:
+        label = f"{run.transport} {run.mode}"
+        row(f"{label}: shoal end to end", f"{run.shoal_rate:,.0f} msgs/s")
+        row(f"{label}: plain client", f"{run.raw_rate:,.0f} msgs/s")
+        want = 2.0 if run.mode == "durable" else 0.5
+        row(f"{label}: shoal / plain", f"{run.ratio:.2f} x", f">= {want} x", run.ratio >= want)
+        row(
+            f"{label}: rows per file (median, p10)",
+            f"{run.median_file_rows:,.0f}, {run.p10_file_rows:,.0f} ({run.files} files)",
+            ">= 10,000",
+            run.median_file_rows >= 10_000,
+        )
+        row(
+            f"{label}: latency under load p50 / p99",
+            f"{run.latency_p50:.1f} / {run.latency_p99:.1f} s",
+        )
+        handler_rss = max(v for k, v in run.rss_mb.items() if k.startswith("h"))
+        row(
+            f"{label}: peak RSS handler / gateway / leader",
+            f"{handler_rss:.0f} / {run.rss_mb.get('gateway', 0):.0f} / "
+            f"{run.rss_mb.get('leader', 0):.0f} MB",
+        )
+    if steady is not None:
+        row(
+            "200 msgs/s: rows per file (median, p10)",
+            f"{steady.median_file_rows:,.0f}, {steady.p10_file_rows:,.0f}",
+            ">= 1,000",
+            steady.median_file_rows >= 1_000,
+        )
+        limit = DEFAULTS.roll_age + 1
+        row(
+            "200 msgs/s: latency p50 / p99",
+            f"{steady.latency_p50:.1f} / {steady.latency_p99:.1f} s",
+            f"p99 <= {limit:.0f} s",
+            steady.latency_p99 <= limit,
+        )
+    if rebalance is not None:
+        row("join -> its first row", f"{rebalance.join_s:.2f} s", "<= 1 s", rebalance.join_s <= 1)
+        row(
+            "SIGTERM -> landing again",
+            f"{rebalance.leave_s:.2f} s",
+            "<= 1 s",
+            rebalance.leave_s <= 1,
+        )
+        limit = DEFAULTS.lease_ttl + 1
+        row(
+            "SIGKILL -> landing again",
+            f"{rebalance.crash_s:.2f} s",
+            f"<= {limit:.0f} s",
+            rebalance.crash_s <= limit,
+        )
+        alone = rebalance.rss_mb.get("h1", 0.0)
+        row(
+            "peak RSS of h1 (128 partitions at the end)",
+            f"{alone:.0f} MB",
+            "<= 150 MB",
+            alone <= 150,
+        )
+    console.print(table)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    console = Console(highlight=False)
+    transports = [t for t in args.transports.split(",") if t]
+    modes = [m for m in args.modes.split(",") if m]
+    runs: list[Throughput] = []
+    steady = rebalance = None
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
+    etcd = start_etcd()
+    try:
+        for mode in modes:
+            with servers_for(mode, transports, etcd.endpoint) as servers:
+                for transport in transports:
+                    console.print(f"[bold]{transport} {mode}[/]: plain client ...")
+                    raw = await anyio.to_thread.run_sync(
+                        raw_rate, transport, servers, args.messages
+                    )
+                    console.print(f"  {raw:,.0f} msgs/s; shoal ...")
+                    rate, zone, memory = await shoal_throughput(
+                        transport, mode, servers, args.messages, work / f"{transport}-{mode}"
+                    )
+                    median, p10 = file_rows(zone.files)
+                    p50, p99 = latencies(zone.files)
+                    runs.append(
+                        Throughput(
+                            transport,
+                            mode,
+                            args.messages,
+                            rate,
+                            raw,
+                            median,
+                            p10,
+                            len(zone.files),
+                            p50,
+                            p99,
+                            memory,
+                        )
+                    )
+                    console.print(f"  {rate:,.0f} msgs/s ({rate / raw:.2f} x)")
+                if args.rebalance and mode == "durable" and "nats" in transports:
+                    console.print("[bold]nats durable[/]: 200 msgs/s, join, leave, crash ...")
+                    steady, rebalance = await steady_and_rebalance(servers, work / "rebalance")
+    finally:
+        etcd.stop()
+    report(console, runs, steady, rebalance)
+    return {
+        "runs": [asdict(r) | {"ratio": r.ratio} for r in runs],
+        "steady": asdict(steady) if steady else None,
+        "rebalance": asdict(rebalance) if rebalance else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--transports", default="nats,kafka")
+    parser.add_argument("--modes", default="durable,relaxed")
+    parser.add_argument("--no-rebalance", dest="rebalance", action="store_false")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    figures = anyio.run(run, args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

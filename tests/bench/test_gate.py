@@ -1,0 +1,37 @@
+"""The CI gate of the pipeline benchmark: a short run (20,000 messages, NATS, durable) in
+which shoal end to end must move at least as many messages per second as the plain
+per-message nats-py pipeline on the same server. It fails when a change makes the landing
+path slower than a plain client, so such a change cannot land; the full table (both
+modes, Kafka, files, latency, rebalance, memory) is ``tox -e bench``."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+
+from infra.local.servers import start_etcd
+from tests.bench.pipeline import raw_rate, servers_for, shoal_throughput
+
+MESSAGES = 20_000
+FLOOR = 1.0  # shoal / plain, durable; the target is 2.0 (see docs/benchmarks.md)
+
+
+@pytest.mark.anyio
+async def test_durable_end_to_end_is_at_least_the_plain_nats_pipeline() -> None:
+    etcd = start_etcd()
+    try:
+        with servers_for("durable", ["nats"], etcd.endpoint) as servers:
+            raw = await anyio.to_thread.run_sync(raw_rate, "nats", servers, MESSAGES)
+            work = Path(tempfile.mkdtemp(prefix="shoal-gate-"))
+            shoal, zone, _ = await shoal_throughput("nats", "durable", servers, MESSAGES, work)
+    finally:
+        etcd.stop()
+    ratio = shoal / raw
+    print(
+        f"\nBENCH gate: nats durable, {MESSAGES} messages: shoal {shoal:,.0f} msgs/s, "
+        f"plain {raw:,.0f} msgs/s, {ratio:.2f} x; {len(zone.files)} files"
+    )
+    assert ratio >= FLOOR, f"shoal end to end is {ratio:.2f} x the plain pipeline (< {FLOOR})"
