@@ -16,11 +16,11 @@ _SUBJECT_PREFIX = rf"^{_TOKEN}(\.{_TOKEN})*$"
 class NatsSettings(BaseSettings):
     """Connection, stream and consumer settings of ``NatsTransport``.
 
-    ``sync_always`` documents the durability the stream relies on: fsync of every write
-    is a *server* option (``jetstream { sync_interval: always }``, which infra/local sets)
-    that a client cannot switch on. With ``sync_always`` False a one-replica file stream
-    is created with ``persist_mode: async`` (faster; a crash loses recently acked
-    messages). Memory storage, or one replica, loses acked messages when the server dies.
+    Durability comes from the server: fsync of every write is a *server* option
+    (``jetstream { sync_interval: always }``, which infra/local sets unless asked for the
+    relaxed mode) that a client cannot switch on. Memory storage, or one replica, loses
+    acked messages when the server dies. (The stream's async persist mode is not offered:
+    nats-server refuses it on a stream with atomic batch publish, err 10052.)
     """
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_NATS_", extra="ignore")
@@ -33,7 +33,6 @@ class NatsSettings(BaseSettings):
     subject_prefix: str = Field(default="handler.data.partitions", pattern=_SUBJECT_PREFIX)
     storage: Literal["file", "memory"] = "file"
     replicas: Literal[1, 3] = 1
-    sync_always: bool = True
     retention: Literal["limits", "workqueue"] = Field(
         default="limits",
         description="limits: acks move each consumer's ack floor and messages age out after "

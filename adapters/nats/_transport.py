@@ -312,8 +312,6 @@ class NatsTransport:
             duplicate_window=s.duplicate_window,
             allow_atomic=True,
         )
-        if not s.sync_always and s.storage == "file" and s.replicas == 1:
-            config.persist_mode = js_api.PersistMode.ASYNC
         return config
 
     async def _ensure_stream(self, config: js_api.StreamConfig) -> None:

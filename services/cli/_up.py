@@ -244,7 +244,6 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
             "SHOAL_COORDINATION": "etcd",
             "SHOAL_TRANSPORT": "nats",
             "SHOAL_NATS_URL": nats.url,
-            "SHOAL_NATS_SYNC_ALWAYS": "true" if options.nats_sync_always else "false",
             "SHOAL_ETCD_ENDPOINTS": etcd.endpoint,
             "SHOAL_HANDLER_DATA_DIR": str(stack.data_dir),
             "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",

@@ -37,6 +37,7 @@ __all__ = ["Lander", "LandingOptions"]
 log = logging.getLogger("shoal.handler")
 
 _ROW_OVERHEAD = 160  # bytes a row costs besides its payload (ids, timestamps), for max_bytes
+_GAP_WEIGHT = 0.2  # of the latest gap between additions in their moving average
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,8 @@ class Lander:
         self._metrics = metrics
         self._on_landed = on_landed
         self._keepalive_interval = options.keepalive_interval
+        self._last_added: float | None = None
+        self._usual_gap = 0.0  # moving average of the time between two additions
         # When each subscription was opened, until its first rows arrive: rows fetched
         # within handover_age of the claim are a moved partition's backlog.
         self._opened: weakref.WeakKeyDictionary[Subscription, float] = weakref.WeakKeyDictionary()
@@ -112,6 +115,10 @@ class Lander:
             return
         batch = self._filling
         batch.newest = time.monotonic()
+        if self._last_added is not None:
+            gap = batch.newest - self._last_added
+            self._usual_gap += (gap - self._usual_gap) * _GAP_WEIGHT
+        self._last_added = batch.newest
         if batch.oldest is None:
             batch.oldest = batch.newest
             batch.kept_alive = batch.oldest
@@ -192,6 +199,7 @@ class Lander:
                 oldest=batch.oldest,
                 now=time.monotonic(),
                 newest=batch.newest,
+                usual_gap=self._usual_gap,
                 handover=batch.handover,
             )
             if reason is None and self._drain_requested and batch.pending:
@@ -202,7 +210,12 @@ class Lander:
                 wait = (
                     None
                     if batch.oldest is None
-                    else policy.due_at(batch.oldest, newest=batch.newest, handover=batch.handover)
+                    else policy.due_at(
+                        batch.oldest,
+                        newest=batch.newest,
+                        usual_gap=self._usual_gap,
+                        handover=batch.handover,
+                    )
                 )
                 with anyio.move_on_after(
                     None if wait is None else max(0.0, wait - time.monotonic())

@@ -181,7 +181,7 @@ def servers_for(mode: str, transports: list[str], etcd: str) -> Iterator[Servers
             server.stop()
 
 
-def backend_env(transport: str, servers: Servers, durable: bool) -> Callable[[str], dict[str, str]]:
+def backend_env(transport: str, servers: Servers) -> Callable[[str], dict[str, str]]:
     def env(suffix: str) -> dict[str, str]:
         values = {
             "SHOAL_COORDINATION": "etcd",
@@ -196,7 +196,6 @@ def backend_env(transport: str, servers: Servers, durable: bool) -> Callable[[st
                 "SHOAL_NATS_SUBJECT_PREFIX": f"b.{suffix}",
                 "SHOAL_NATS_DEAD_LETTER_STREAM": f"B_DLQ_{suffix}",
                 "SHOAL_NATS_DEAD_LETTER_PREFIX": f"bdlq.{suffix}",
-                "SHOAL_NATS_SYNC_ALWAYS": "true" if durable else "false",
             }
         else:
             assert servers.kafka is not None
@@ -303,9 +302,9 @@ def plan(messages: int | None, rate: float | None = None) -> LoadPlan:
 
 
 async def shoal_throughput(
-    transport: str, mode: str, servers: Servers, messages: int, work: Path
+    transport: str, servers: Servers, messages: int, work: Path
 ) -> tuple[float, Zone, dict[str, float]]:
-    cluster = await start_cluster(backend_env(transport, servers, mode == "durable"), work)
+    cluster = await start_cluster(backend_env(transport, servers), work)
     try:
         gateway = cluster.process("gateway")
         started = time.time()
@@ -324,7 +323,7 @@ async def shoal_throughput(
 async def steady_and_rebalance(servers: Servers, work: Path) -> tuple[Steady, Rebalance]:
     """NATS durable, 2 handlers: 30 s at 200 msgs/s (files, latency), then under a steady
     2,000 msgs/s: a third handler joins, leaves with SIGTERM, and h2 is SIGKILLed."""
-    cluster = await start_cluster(backend_env("nats", servers, True), work)
+    cluster = await start_cluster(backend_env("nats", servers), work)
     try:
         gateway = cluster.process("gateway")
         zone = Zone(cluster.data_dir)
@@ -478,7 +477,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     console.print(f"  {raw:,.0f} msgs/s; shoal ...")
                     rate, zone, memory = await shoal_throughput(
-                        transport, mode, servers, args.messages, work / f"{transport}-{mode}"
+                        transport, servers, args.messages, work / f"{transport}-{mode}"
                     )
                     median, p10 = file_rows(zone.files)
                     p50, p99 = latencies(zone.files)
@@ -501,6 +500,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if args.rebalance and mode == "durable" and "nats" in transports:
                     console.print("[bold]nats durable[/]: 200 msgs/s, join, leave, crash ...")
                     steady, rebalance = await steady_and_rebalance(servers, work / "rebalance")
+                    console.print(f"  {steady}\n  {rebalance}")
     finally:
         etcd.stop()
     report(console, runs, steady, rebalance)

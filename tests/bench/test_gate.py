@@ -26,7 +26,7 @@ async def test_durable_end_to_end_is_at_least_the_plain_nats_pipeline() -> None:
         with servers_for("durable", ["nats"], etcd.endpoint) as servers:
             raw = await anyio.to_thread.run_sync(raw_rate, "nats", servers, MESSAGES)
             work = Path(tempfile.mkdtemp(prefix="shoal-gate-"))
-            shoal, zone, _ = await shoal_throughput("nats", "durable", servers, MESSAGES, work)
+            shoal, zone, _ = await shoal_throughput("nats", servers, MESSAGES, work)
     finally:
         etcd.stop()
     ratio = shoal / raw

@@ -24,6 +24,7 @@ policies = st.builds(
     max_age=st.floats(0.001, 3600, allow_nan=False),
     handover_age=st.floats(0.001, 3600, allow_nan=False),
     idle_age=st.floats(0.001, 3600, allow_nan=False),
+    idle_gaps=st.floats(1, 100, allow_nan=False),
 )
 times = st.floats(0, 1e9, allow_nan=False)
 
@@ -79,19 +80,49 @@ def test_a_handover_rolls_after_handover_age_not_max_age() -> None:
     assert roll_reason(policy, rows=1, size=1, oldest=0.0, now=0.5) is None
 
 
-@given(policies, st.integers(1, 200_000), times, st.floats(0, 1e4), st.floats(0, 1e4))
-def test_a_buffer_rolls_when_nothing_was_added_for_idle_age(
-    policy: RollPolicy, rows: int, oldest: float, filled_for: float, quiet_for: float
+@given(
+    policies,
+    st.integers(1, 200_000),
+    times,
+    st.floats(0, 1e4),
+    st.floats(0, 1e4),
+    st.floats(0, 100),
+)
+def test_a_buffer_rolls_when_quiet_for_its_usual_gaps_and_idle_age(
+    policy: RollPolicy,
+    rows: int,
+    oldest: float,
+    filled_for: float,
+    quiet_for: float,
+    usual_gap: float,
 ) -> None:
     newest = oldest + filled_for
     now = newest + quiet_for
-    reason = roll_reason(policy, rows=rows, size=0, oldest=oldest, now=now, newest=newest)
+    reason = roll_reason(
+        policy, rows=rows, size=0, oldest=oldest, now=now, newest=newest, usual_gap=usual_gap
+    )
     plain = roll_reason(policy, rows=rows, size=0, oldest=oldest, now=now)
     if plain is not None:
         assert reason is plain
     else:
-        assert (reason is RollReason.IDLE) == (now >= newest + policy.idle_age)
-        assert (reason is None) == (now < policy.due_at(oldest, newest=newest))
+        quiet = max(policy.idle_age, policy.idle_gaps * usual_gap)
+        assert (reason is RollReason.IDLE) == (now >= newest + quiet)
+        due = policy.due_at(oldest, newest=newest, usual_gap=usual_gap)
+        assert (reason is None) == (now < due)
+
+
+def test_a_bursty_slow_stream_is_not_quiet_between_its_bursts() -> None:
+    policy = RollPolicy(max_age=20.0, idle_age=1.0, idle_gaps=20.0)
+    # a fetch every ~1 s (one request of 100 messages): a 1.5 s gap is not the end
+    assert (
+        roll_reason(policy, rows=500, size=1, oldest=0.0, now=6.5, newest=5.0, usual_gap=1.0)
+        is None
+    )
+    # after a fast burst (additions milliseconds apart) 1 s of nothing is
+    assert (
+        roll_reason(policy, rows=500, size=1, oldest=0.0, now=6.0, newest=5.0, usual_gap=0.005)
+        is RollReason.IDLE
+    )
 
 
 @given(policies, times, st.floats(0, 1e4))
@@ -108,6 +139,7 @@ def test_an_empty_buffer_never_rolls(policy: RollPolicy, oldest: float, waited: 
         ({"max_age": float("nan")}, "max_age must be above 0"),
         ({"handover_age": 0.0}, "handover_age must be above 0"),
         ({"idle_age": -1.0}, "idle_age must be above 0"),
+        ({"idle_gaps": 0.5}, "idle_gaps must be at least 1"),
     ],
 )
 def test_a_policy_that_cannot_work_is_refused(kwargs: dict[str, float], message: str) -> None:
