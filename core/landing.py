@@ -47,7 +47,7 @@ class RollPolicy:
     max_rows: int = 10_000
     max_bytes: int = 64 * 1024 * 1024
     max_age: float = 20.0
-    handover_age: float = 0.5
+    handover_age: float = 0.2
     idle_age: float = 1.0
     idle_gaps: float = 20.0
 

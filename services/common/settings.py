@@ -88,7 +88,7 @@ class HandlerSettings(BaseSettings):
     roll_age: float = Field(default=20.0, gt=0)
     # ...or after roll_handover_age when it holds a partition's first rows, fetched within
     # roll_handover_age of its claim (a moved partition's backlog).
-    roll_handover_age: float = Field(default=0.5, gt=0)
+    roll_handover_age: float = Field(default=0.2, gt=0)
     # ...or once nothing was added for roll_idle_age (a burst ended: do not hold its tail).
     roll_idle_age: float = Field(default=1.0, gt=0)
     # One attempt to write a file; a stalled volume fails it (and it is retried).

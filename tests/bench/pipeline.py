@@ -236,26 +236,30 @@ def raw_rate(transport: str, servers: Servers, messages: int) -> float:
     where = servers.nats if transport == "nats" else servers.kafka
     assert where is not None
     target = name if transport == "nats" else name.lower()
-    setup = _spawn(f"{transport}-setup", where, target, str(PARTITIONS))
-    if setup.wait() != 0:
-        raise RuntimeError(f"{transport} baseline setup failed")
-    half = PARTITIONS // 2
-    ranges = [(0, half - 1), (half, PARTITIONS - 1)]
-    consumers = [
-        _spawn(
-            f"{transport}-consume",
-            where,
-            target,
-            str(first),
-            str(last),
-            str(share(messages, PARTITIONS, first, last)),
-        )
-        for first, last in ranges
-    ]
+    spawned: list[subprocess.Popen[str]] = []
+
+    def spawn(*args: str) -> subprocess.Popen[str]:
+        spawned.append(_spawn(*args))
+        return spawned[-1]
+
     try:
+        if spawn(f"{transport}-setup", where, target, str(PARTITIONS)).wait() != 0:
+            raise RuntimeError(f"{transport} baseline setup failed")
+        half = PARTITIONS // 2
+        consumers = [
+            spawn(
+                f"{transport}-consume",
+                where,
+                target,
+                str(first),
+                str(last),
+                str(share(messages, PARTITIONS, first, last)),
+            )
+            for first, last in ((0, half - 1), (half, PARTITIONS - 1))
+        ]
         for consumer in consumers:
             _expect(consumer, "ready")
-        producer = _spawn(
+        producer = spawn(
             f"{transport}-produce",
             where,
             target,
@@ -268,10 +272,12 @@ def raw_rate(transport: str, servers: Servers, messages: int) -> float:
         producer.wait(60)
         return messages / (finished - started)
     finally:
-        for proc in consumers:
+        for proc in spawned:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 # -- shoal -------------------------------------------------------------------------------
@@ -460,7 +466,7 @@ def report(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=150)
     transports = [t for t in args.transports.split(",") if t]
     modes = [m for m in args.modes.split(",") if m]
     runs: list[Throughput] = []
