@@ -49,6 +49,9 @@ class LandingOptions:
     # a third of the shortest ack_wait among the subscriptions, whichever is less)
     retry_base: float  # backoff after a failed write: base, doubling...
     retry_cap: float  # ...up to this
+    # First rows fetched this soon after a partition's claim are its handed-over backlog
+    # (the previous owner's last pull requests may hold the first messages back a moment).
+    handover_window: float = 2.0
 
 
 @dataclass(eq=False, slots=True)
@@ -91,7 +94,7 @@ class Lander:
         self._last_added: float | None = None
         self._usual_gap = 0.0  # moving average of the time between two additions
         # When each subscription was opened, until its first rows arrive: rows fetched
-        # within handover_age of the claim are a moved partition's backlog.
+        # within handover_window of the claim are a moved partition's backlog.
         self._opened: weakref.WeakKeyDictionary[Subscription, float] = weakref.WeakKeyDictionary()
         self._filling = _Batch()
         self._landing: _Batch | None = None
@@ -124,7 +127,7 @@ class Lander:
             batch.kept_alive = batch.oldest
         self._keepalive_interval = min(self._keepalive_interval, subscription.ack_wait / 3)
         opened = self._opened.pop(subscription, None)
-        if opened is not None and batch.newest - opened <= self._options.policy.handover_age:
+        if opened is not None and batch.newest - opened <= self._options.handover_window:
             batch.handover = True
         batch.pending.setdefault(subscription, []).extend(deliveries)
         batch.partitions[subscription] = partition
@@ -139,8 +142,9 @@ class Lander:
         self._notify()
 
     def opened(self, subscription: Subscription) -> None:
-        """A partition was just claimed and opened: its first rows, if they come at once
-        (a backlog handed over), roll after ``handover_age``."""
+        """A partition was just claimed and opened: its first rows, if they come within
+        ``handover_window`` (a backlog handed over), roll after the policy's
+        ``handover_age``."""
         self._opened[subscription] = time.monotonic()
 
     def has_room(self) -> bool:

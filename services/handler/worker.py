@@ -98,6 +98,7 @@ class Handler:
             keepalive_interval=settings.keepalive_interval,
             retry_base=settings.retry_delay,
             retry_cap=settings.retry_cap,
+            handover_window=4 * settings.fetch_timeout,
         )
         self._lander: Lander  # one per lease, made by _serve
 

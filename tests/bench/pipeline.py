@@ -55,6 +55,7 @@ from tests.e2e._cluster import Cluster, member_ids, partitions_of, settled
 PARTITIONS = 128
 MESSAGE_BYTES = 200
 HANDLERS = ("h1", "h2")
+STEADY_MESSAGES = 12_000  # a minute at 200 msgs/s: a few rolls per handler, not only the tail
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = HandlerSettings()
 
@@ -327,15 +328,15 @@ async def shoal_throughput(
 
 
 async def steady_and_rebalance(servers: Servers, work: Path) -> tuple[Steady, Rebalance]:
-    """NATS durable, 2 handlers: 30 s at 200 msgs/s (files, latency), then under a steady
+    """NATS durable, 2 handlers: 60 s at 200 msgs/s (files, latency), then under a steady
     2,000 msgs/s: a third handler joins, leaves with SIGTERM, and h2 is SIGKILLed."""
     cluster = await start_cluster(backend_env("nats", servers), work)
     try:
         gateway = cluster.process("gateway")
         zone = Zone(cluster.data_dir)
         start = time.time()
-        await LoadGenerator(gateway.url, plan(6_000, rate=200)).run()
-        await zone.until_rows(6_000, within=DEFAULTS.roll_age * 3 + 30)
+        await LoadGenerator(gateway.url, plan(STEADY_MESSAGES, rate=200)).run()
+        await zone.until_rows(STEADY_MESSAGES, within=DEFAULTS.roll_age * 3 + 30)
         window = zone.since(start)
         median, p10 = file_rows(window)
         p50, p99 = latencies(window)
