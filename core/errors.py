@@ -62,3 +62,9 @@ class StoreUnavailableError(ShoalError):
 class OwnershipLostError(ShoalError):
     """The writer no longer owns what it was writing (its lease is lost, or about to be):
     nothing was made visible."""
+
+
+class CommitRefusedError(ShoalError):
+    """A landed-table commit that does not follow from the state: a wrong version, a
+    position already settled, a file already in the table, or the removal of a file that
+    is not in it. Nothing changed."""

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
+from core.table import Commit, LandedFile, TableState
 
 __all__ = [
     "AcceptanceLedger",
@@ -22,6 +23,7 @@ __all__ = [
     "Delivery",
     "Election",
     "Hold",
+    "LandingLog",
     "LeaderInfo",
     "Leadership",
     "Membership",
@@ -187,6 +189,13 @@ class Delivery(Protocol):
         """1 on first delivery, 2 on the first redelivery, and so on."""
         ...
 
+    @property
+    def position(self) -> int:
+        """The message's place in its partition's log (NATS stream sequence, Kafka
+        offset): the same on every redelivery, higher for a later publish to the same
+        partition. The landed table settles messages by it."""
+        ...
+
     async def ack(self) -> None: ...
 
     async def nak(self, delay: float = 0.0) -> None:
@@ -199,6 +208,13 @@ class Delivery(Protocol):
 
 
 class Subscription(Protocol):
+    @property
+    def log_id(self) -> str:
+        """Names the broker log the deliveries' positions belong to: the same for every
+        subscription to this stream or topic, another once it is recreated or on another
+        cluster (NATS: stream name and creation time; Kafka: cluster id and topic)."""
+        ...
+
     @property
     def ack_wait(self) -> float:
         """Seconds a delivery may stay unsettled before it is redelivered: whoever holds
@@ -221,6 +237,13 @@ class Subscription(Protocol):
         deadline starts again instead of expiring into a redelivery (NATS's in-progress
         ack). Spends no delivery attempt. Best effort: never raises for a broker that is
         down (the deliveries then expire as usual)."""
+        ...
+
+    async def acked_below(self) -> int:
+        """A position ``F`` such that every message of the partition below ``F`` is acked
+        (or terminated) at the broker, so none of them is delivered again; 0 when unknown.
+        It may lag the broker, never lead it. ``TimeoutError`` when the broker did not
+        answer in time."""
         ...
 
     async def close(self) -> None:
@@ -248,19 +271,49 @@ class Transport(Protocol):
 
 
 class Sink(Protocol):
+    """Writes data files of the landing zone. A file it writes is not part of the table
+    until a commit of the ``LandingLog`` names it."""
+
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
-    ) -> int:
-        """Durably write ``rows``; return only when they are on disk (the caller acks
-        after), with the number of files made visible.
+    ) -> Sequence[LandedFile]:
+        """Durably write ``rows`` under final names (one file per UTC date of
+        ``received_at``) and return the files; only once they are durable.
 
-        The data is written and synced under a hidden name first; ``still_valid`` is
-        called right before the rows become visible (the rename), after the slow part:
-        when it returns False nothing becomes visible and ``OwnershipLostError`` is
-        raised. Raises ``OSError`` when the storage refuses; nothing is visible then.
+        The data is written and synced first; ``still_valid`` is called right before the
+        files get their final names, after the slow part: when it returns False nothing
+        gets a final name and ``OwnershipLostError`` is raised. Raises ``OSError`` when the
+        storage refuses; then no file is left."""
+        ...
 
-        A redelivered message may land twice; every row carries its ``message_id`` so
-        readers (the audit) count and drop duplicates."""
+    async def discard(self, files: Sequence[LandedFile]) -> None:
+        """Delete ``files`` (written by ``write`` and never committed). Missing files are
+        fine. Raises ``OSError`` when the storage refuses."""
+        ...
+
+
+class LandingLog(Protocol):
+    """The landing zone's commit log (``core.table``): commits, each created only if
+    absent, and checkpoints of the state they add up to."""
+
+    async def commits(self, after: int) -> Sequence[Commit]:
+        """The commits with versions ``after + 1``, ``after + 2``, ... in order, up to the
+        first version that does not exist (or was removed after a checkpoint)."""
+        ...
+
+    async def append(self, commit: Commit) -> bool:
+        """Create commit ``commit.version``, durably, if no commit of that version exists:
+        True when this call created it, False when one existed (this one is not stored).
+        Raises ``OSError`` (or ``TimeoutError``) when the storage did not confirm: the
+        commit may or may not exist then; read it back by its ``commit_id``."""
+        ...
+
+    async def checkpoint(self) -> TableState | None:
+        """The newest checkpoint saved, or None."""
+        ...
+
+    async def save_checkpoint(self, state: TableState) -> None:
+        """Save ``state`` as the checkpoint of its version (replacing an equal one)."""
         ...
 
 

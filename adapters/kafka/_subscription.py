@@ -97,6 +97,11 @@ class KafkaDelivery:
     def attempt(self) -> int:
         return self._attempt
 
+    @property
+    def position(self) -> int:
+        """The record's offset."""
+        return self._entry.offset
+
     async def ack(self) -> None:
         """Settle and commit; ``TimeoutError`` when the commit was not confirmed."""
         if not self._settled:
@@ -138,6 +143,7 @@ class KafkaSubscription:
         ledger: Ledger,
         settings: KafkaSettings,
         dead: DeadLetters,
+        log_id: str,
         on_close: Callable[[KafkaSubscription], None],
     ) -> None:
         self.partition = partition
@@ -147,6 +153,9 @@ class KafkaSubscription:
         self._ledger = ledger
         self._s = settings
         self.ack_wait = settings.ack_wait
+        # The cluster id and topic: a topic recreated under the same name in the same
+        # cluster keeps it (aiokafka's metadata has no topic ids), see README's limits.
+        self.log_id = log_id
         self._dead = dead
         self._on_close = on_close
         self._entries: dict[int, _Entry] = {}
@@ -157,6 +166,7 @@ class KafkaSubscription:
         self._version = 0  # bumped on every ledger change
         self._synced = 0  # the version the last confirmed commit carried
         self._last_commit: tuple[int, str] | None = None
+        self._opened_at = ledger.base  # committed before this subscription: all settled
         self._wake: anyio.CancelScope | None = None
         self._closed = False
         self._warned_truncated = False
@@ -460,6 +470,13 @@ class KafkaSubscription:
                     ) from exc
                 self._last_commit = state
             self._synced = max(self._synced, version)
+
+    async def acked_below(self) -> int:
+        """The committed offset this subscription last confirmed (or started from): every
+        record below it is settled. Out-of-order settlements above it (in the commit's
+        metadata) do not count: the floor may lag, never lead."""
+        await anyio.lowlevel.checkpoint()
+        return self._last_commit[0] if self._last_commit is not None else self._opened_at
 
     async def _sync_quietly(self) -> None:
         try:

@@ -65,6 +65,7 @@ class KafkaTransport:
         self.settings = settings or KafkaSettings()
         self._hook = dead_letter or log_dead_letter
         self._admin: Any = None
+        self._log_id = ""  # the cluster id and topic, once started
         self._producer: Any = None
         self._probe: Any = None  # a group-less consumer for end/beginning offsets
         self._dead: DeadLetters | None = None
@@ -100,6 +101,8 @@ class KafkaTransport:
         self._admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **common)
         await self._admin.start()
         await ensure_topics(self._admin, s)
+        cluster = await self._admin.describe_cluster()
+        self._log_id = f"kafka:{cluster.get('cluster_id') or 'unknown'}/{s.topic}"
         self._producer = AIOKafkaProducer(
             client_id=s.client_id,
             acks="all",
@@ -272,6 +275,7 @@ class KafkaTransport:
             ledger=Ledger.restore(base, metadata),
             settings=s,
             dead=dead,
+            log_id=self._log_id,
             on_close=self._subscriptions.discard,
         )
         self._subscriptions.add(sub)

@@ -7,6 +7,7 @@ Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership`
 
 from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
+from adapters.memory._landing_log import InMemoryLandingLog
 from adapters.memory._ledger import InMemoryLedger
 from adapters.memory._membership import InMemoryMembership, InMemoryMembershipLease
 from adapters.memory._scaler import InMemoryScaler
@@ -17,6 +18,7 @@ __all__ = [
     "InMemoryAssignmentStore",
     "InMemoryCoordination",
     "InMemoryElection",
+    "InMemoryLandingLog",
     "InMemoryLeadership",
     "InMemoryLedger",
     "InMemoryMembership",

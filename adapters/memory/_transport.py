@@ -10,7 +10,9 @@ one durable consumer per partition on NATS):
   ``attempt + 1``; ``nak(delay)`` makes it ready after ``delay``;
 - a message that comes due again after its ``max_deliver``-th delivery, and a ``term``-ed
   one, is removed and handed to the dead-letter hook;
-- ``backlog`` counts stored messages not yet acked (ready, delayed and in flight).
+- ``backlog`` counts stored messages not yet acked (ready, delayed and in flight);
+- a message's ``position`` is its seq: one counter over every partition, so positions of
+  one partition grow with publish order but have gaps (as NATS stream sequences do).
 
 Time is the event loop's clock (``anyio.current_time``). As on NATS, deadlines are acted
 on when somebody looks (fetch, backlog), not by a background task. Nothing survives the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +104,8 @@ class InMemoryTransport:
         self._queues: dict[Partition, _Queue] = {}
         self._seen: OrderedDict[str, float] = OrderedDict()  # message_id -> stored at
         self._seq = itertools.count(1)
+        self._next_seq = 1  # the seq the next stored message gets
+        self.log_id = f"memory:{uuid.uuid4().hex}"  # one log per transport object
         self._dead_letters = 0
         self.registrations: list[tuple[Partition, str, str]] = []
 
@@ -145,6 +150,7 @@ class InMemoryTransport:
             self._seen[e.message_id] = now
             q = self._queue(e.partition)
             entry = _Entry(next(self._seq), e)
+            self._next_seq = entry.seq + 1
             q.entries[entry.seq] = entry
             heapq.heappush(q.ready, entry.seq)
             touched.add(e.partition)
@@ -264,6 +270,10 @@ class _Delivery:
     def attempt(self) -> int:
         return self._attempt
 
+    @property
+    def position(self) -> int:
+        return self._seq
+
     def _first(self) -> bool:
         first, self._settled = not self._settled, True
         return first
@@ -292,6 +302,7 @@ class _Subscription:
         self.partition = partition
         self.consumer_id = consumer_id
         self.ack_wait = t.ack_wait
+        self.log_id = t.log_id
         self._closed = False
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
@@ -328,6 +339,12 @@ class _Subscription:
         for delivery in deliveries:
             if isinstance(delivery, _Delivery) and not delivery._settled:
                 self._t._keep_alive(delivery._partition, delivery._seq, delivery._token)
+
+    async def acked_below(self) -> int:
+        """The oldest unsettled message of the partition, or the next seq to be stored."""
+        await anyio.lowlevel.checkpoint()
+        entries = self._t._queue(self.partition).entries
+        return min(entries) if entries else self._t._next_seq
 
     async def close(self) -> None:
         """Stop fetching. Unsettled deliveries come back to whoever fetches after

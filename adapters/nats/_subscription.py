@@ -52,7 +52,16 @@ class NatsDelivery:
 
     # Only the ack subject of the message is kept, not the message (its headers and
     # subject): a handler holds tens of thousands of deliveries while a file fills.
-    __slots__ = ("_attempt", "_dead", "_envelope", "_nc", "_reply", "_settled", "_timeout")
+    __slots__ = (
+        "_attempt",
+        "_dead",
+        "_envelope",
+        "_nc",
+        "_position",
+        "_reply",
+        "_settled",
+        "_timeout",
+    )
 
     def __init__(
         self,
@@ -60,6 +69,7 @@ class NatsDelivery:
         *,
         envelope: Envelope,
         attempt: int,
+        position: int,
         nc: Client,
         dead: DeadLetters,
         timeout: float,
@@ -67,6 +77,7 @@ class NatsDelivery:
         self._reply: str = msg.reply or ""
         self._envelope = envelope
         self._attempt = attempt
+        self._position = position
         self._nc = nc
         self._dead = dead
         self._timeout = timeout
@@ -79,6 +90,11 @@ class NatsDelivery:
     @property
     def attempt(self) -> int:
         return self._attempt
+
+    @property
+    def position(self) -> int:
+        """The stream sequence."""
+        return self._position
 
     async def ack(self) -> None:
         await self._settle(_ACK)
@@ -184,6 +200,7 @@ class NatsSubscription:
         subjects: Subjects,
         dead: DeadLetters,
         stream: str,
+        log_id: str,
         request_timeout: float,
         ack_wait: float,
         flusher: GroupFlush,
@@ -192,6 +209,7 @@ class NatsSubscription:
         self.partition = partition
         self.ack_wait = ack_wait
         self.consumer_id = consumer_id
+        self.log_id = log_id  # the stream's name and creation time
         self._psub = psub
         self._nc = nc
         self._subjects = subjects
@@ -281,10 +299,23 @@ class NatsSubscription:
             msg,
             envelope=envelope,
             attempt=md.num_delivered,
+            position=md.sequence.stream,
             nc=self._nc,
             dead=self._dead,
             timeout=self._timeout,
         )
+
+    async def acked_below(self) -> int:
+        """One past the consumer's ack floor (a stream sequence; the consumer filters
+        this partition's subject, so every message of the partition at or below the floor
+        is acked or terminated). ``TimeoutError`` when the server did not answer."""
+        try:
+            with anyio.fail_after(self._timeout):
+                info = await self._psub.consumer_info()
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise TimeoutError(f"consumer info of partition {self.partition}: {exc!r}") from exc
+        floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+        return (floor or 0) + 1
 
     async def close(self) -> None:
         """Unsubscribe, and nak what the server sent that no fetch returned (the tail of

@@ -248,6 +248,8 @@ class NatsTransport:
             max_ack_pending=s.max_ack_pending,
         )
         await js.add_consumer(s.stream, config, timeout=s.request_timeout)
+        stream = await js.stream_info(s.stream)
+        created = stream.created.isoformat() if stream.created is not None else "unknown"
         psub = await js.pull_subscribe_bind(consumer=name, stream=s.stream)
         assert self._nc is not None and self._dead is not None and self._flusher is not None
         log.debug("partition %d opened by %s", partition, consumer_id)
@@ -259,6 +261,7 @@ class NatsTransport:
             subjects=self.subjects,
             dead=self._dead,
             stream=s.stream,
+            log_id=f"nats:{s.stream}@{created}",
             request_timeout=s.request_timeout,
             ack_wait=s.ack_wait,
             flusher=self._flusher,

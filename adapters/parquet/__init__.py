@@ -1,6 +1,15 @@
-"""The Sink port on Parquet files (pyarrow). Layout and schema: ``LANDED_SCHEMA``'s module."""
+"""The landing zone on a file system: the Sink port on Parquet files (pyarrow; layout and
+schema: ``LANDED_SCHEMA``'s module) and the LandingLog port (``_log``)."""
 
+from adapters.parquet._log import LOG_DIR, LocalLandingLog
 from adapters.parquet._schema import LANDED_SCHEMA
 from adapters.parquet._sink import ParquetSettings, ParquetSink, to_table
 
-__all__ = ["LANDED_SCHEMA", "ParquetSettings", "ParquetSink", "to_table"]
+__all__ = [
+    "LANDED_SCHEMA",
+    "LOG_DIR",
+    "LocalLandingLog",
+    "ParquetSettings",
+    "ParquetSink",
+    "to_table",
+]

@@ -10,8 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 import anyio.from_thread
 import anyio.to_thread
@@ -20,9 +19,11 @@ import pyarrow.parquet as pq
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from adapters._stateless import Stateless
 from adapters.parquet._schema import LANDED_SCHEMA
 from core.errors import OwnershipLostError
 from core.messages import LandedRow
+from core.table import LandedFile
 
 __all__ = ["ParquetSettings", "ParquetSink"]
 
@@ -37,9 +38,10 @@ class ParquetSettings(BaseSettings):
     row_group_rows: int = Field(default=128 * 1024, ge=1)
 
 
-class ParquetSink:
+class ParquetSink(Stateless):
     """Writes each batch as one file per UTC date (usually one): many partitions, sorted by
-    partition, project and sequence. Returns once the file is renamed into place and synced.
+    partition, project and sequence. Returns once the file is renamed into place and synced
+    (it is part of the table only once a commit names it: ``LocalLandingLog``).
 
     ``write`` runs the blocking work in a worker thread. The file is written and fsynced
     under a hidden name, then ``still_valid`` is asked, then it is renamed and the
@@ -53,22 +55,11 @@ class ParquetSink:
     def __init__(self, settings: ParquetSettings | None = None) -> None:
         self.settings = settings or ParquetSettings()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
-
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
-    ) -> int:
+    ) -> Sequence[LandedFile]:
         if not rows:
-            return 0
+            return ()
         abandoned = threading.Event()
 
         def valid() -> bool:  # in the worker thread; ``still_valid`` runs on the event loop
@@ -83,40 +74,60 @@ class ParquetSink:
         except anyio.get_cancelled_exc_class():
             abandoned.set()
             raise
-        return len(written)
+        root = self.settings.data_dir
+        return tuple(LandedFile(path.relative_to(root).as_posix(), n) for path, n in written)
 
-    def _write_sync(self, rows: list[LandedRow], valid: Callable[[], bool]) -> list[Path]:
+    async def discard(self, files: Sequence[LandedFile]) -> None:
+        await anyio.to_thread.run_sync(self._discard_sync, list(files))
+
+    def _discard_sync(self, files: list[LandedFile]) -> None:
+        root = self.settings.data_dir
+        for landed in files:
+            (root / landed.path).unlink(missing_ok=True)
+        for folder in {(root / landed.path).parent for landed in files}:
+            if folder.is_dir():
+                self._fsync_dir(folder)
+
+    def _write_sync(
+        self, rows: list[LandedRow], valid: Callable[[], bool]
+    ) -> list[tuple[Path, int]]:
         by_day: dict[str, list[LandedRow]] = defaultdict(list)
         for row in rows:
             by_day[_day(row.envelope.received_at)].append(row)
         handler = _UNSAFE.sub("_", rows[0].handler_id) or "handler"
-        staged: list[tuple[Path, Path]] = []
+        staged: list[tuple[Path, Path, int]] = []
         try:
             for day, group in sorted(by_day.items()):
                 folder = self.settings.data_dir / f"date={day}"
                 self._make_dirs(folder)
                 stem = f"{handler}-{uuid.uuid4().hex}"
-                staged.append((self._stage(folder, stem, group), folder / f"{stem}.parquet"))
+                staged.append(
+                    (self._stage(folder, stem, group), folder / f"{stem}.parquet", len(group))
+                )
             if not valid():
                 raise OwnershipLostError(
                     f"{len(rows)} rows not made visible: the writer no longer owns them"
                 )
-            for temp, final in staged:
+            for temp, final, _ in staged:
                 temp.rename(final)
         except BaseException:
-            for temp, _ in staged:
+            for temp, final, _ in staged:
                 temp.unlink(missing_ok=True)
+                final.unlink(missing_ok=True)
             raise
-        for folder in {final.parent for _, final in staged}:
+        for folder in {final.parent for _, final, _ in staged}:
             self._fsync_dir(folder)
-        return [final for _, final in staged]
+        return [(final, n) for _, final, n in staged]
 
     def _stage(self, folder: Path, stem: str, rows: list[LandedRow]) -> Path:
         """Write and fsync ``rows`` under a hidden name; the caller renames or removes it."""
-        temp = folder / f".{stem}.tmp"  # never *.parquet; readers skip names starting "."
         table = to_table(rows).sort_by(
             [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
         )
+        return self._stage_table(folder, stem, table)
+
+    def _stage_table(self, folder: Path, stem: str, table: pa.Table) -> Path:
+        temp = folder / f".{stem}.tmp"  # never *.parquet; readers skip names starting "."
         compression = self.settings.compression
         try:
             with temp.open("wb") as f:
@@ -150,6 +161,35 @@ class ParquetSink:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    # -- whole tables (compaction) --------------------------------------------------------
+
+    async def write_table(self, day: str, table: pa.Table, *, writer: str) -> LandedFile:
+        """Write ``table`` (``LANDED_SCHEMA``, rows in the order given) as one file
+        ``date={day}/{writer}-{uuid}.parquet``, the way ``write`` lands a batch: staged
+        under a hidden name and fsynced, renamed, the directory fsynced. Like ``write``'s,
+        the file is part of the table only once a commit names it (``discard`` removes it
+        otherwise). ``shoal analytics compact`` merges small files this way. Raises
+        ``ValueError`` for another schema or a ``day`` that is not YYYY-MM-DD, ``OSError``
+        when the disk refuses (no file is left then)."""
+        if not table.schema.remove_metadata().equals(LANDED_SCHEMA):
+            raise ValueError(f"not the landed schema: {table.schema}")
+        folder = self.settings.data_dir / f"date={datetime.strptime(day, '%Y-%m-%d'):%Y-%m-%d}"
+        stem = f"{_UNSAFE.sub('_', writer) or 'writer'}-{uuid.uuid4().hex}"
+        path = await anyio.to_thread.run_sync(self._write_table_sync, folder, stem, table)
+        return LandedFile(path.relative_to(self.settings.data_dir).as_posix(), table.num_rows)
+
+    def _write_table_sync(self, folder: Path, stem: str, table: pa.Table) -> Path:
+        self._make_dirs(folder)
+        temp = self._stage_table(folder, stem, table)
+        final = folder / f"{stem}.parquet"
+        try:
+            temp.rename(final)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        self._fsync_dir(folder)
+        return final
 
 
 def _day(received_at: float) -> str:

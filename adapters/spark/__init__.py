@@ -1,10 +1,10 @@
 """Analytics over landed data on PySpark 4.3 (the DESIGN's Analytics port, synchronous).
 
-``SparkAnalytics`` runs three jobs over a landing directory (layout and schema:
-``adapters.parquet._schema``): ``audit`` (accepted vs landed), ``report`` (volume, skew,
-handler load over time, latency, rebalances) and ``weights`` (partition weights from
-measured load, for the leader's ``weighted`` strategy). ``render_report_html`` draws a
-report as one static page.
+``SparkAnalytics`` runs three jobs over a landing directory's committed files (layout
+and schema: ``adapters.parquet._schema``): ``audit`` (accepted vs landed), ``report``
+(volume, skew, handler load over time, latency, rebalances) and ``weights`` (partition
+weights from measured load, for the leader's ``weighted`` strategy).
+``render_report_html`` draws a report as one static page.
 
 Importing this package imports neither pyspark nor pydantic: ``SparkAnalytics``,
 ``SparkSettings``, ``start_spark`` and ``stop_spark`` load on first use, so the CLI and the
@@ -24,11 +24,13 @@ Spark
     process exited before sending its port number``.
 
 Reading
-    Every ``*.parquet`` file under the directory, recursively, with the landed schema given
-    (no inference); names starting with ``.`` or ``_`` are skipped, so the sink's
-    ``.*.tmp`` files and a ``_ledger`` folder are never read as data. Announcements
-    (``kind == "announce"``, sequence 0) are not data: the audit counts them apart, the
-    report and weights leave them out.
+    The landing directory is a table with a commit log (``_shoal/log``): its data are the
+    files the log names, not whatever lies in the folder (a crashed writer's orphan, a file
+    compacted away). So every job takes the committed files from the caller (this adapter
+    reads no log), reads exactly those with the landed schema given (no inference), and
+    ``date`` (a string) from their paths (the directory is the partition base).
+    Announcements (``kind == "announce"``, sequence 0) are not data: the audit counts them
+    apart, the report and weights leave them out.
 
 Audit: accepted, landed, lost, duplicated
     Per series (gateway_id, project_id), *due* sequences are the accepted ones that should

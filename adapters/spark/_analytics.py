@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -54,6 +54,7 @@ LANDED_READ_SCHEMA = StructType(
         StructField("handled_at", TimestampType()),
         StructField("kind", StringType()),
         StructField("payload", BinaryType()),
+        StructField("date", StringType()),  # from the file's path (date=YYYY-MM-DD)
     ]
 )
 
@@ -150,6 +151,7 @@ class SparkAnalytics:
     def audit(
         self,
         data_dir: Path,
+        files: Sequence[Path],
         *,
         as_of: datetime | None = None,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
@@ -164,10 +166,12 @@ class SparkAnalytics:
         flight); otherwise those accepted at or before ``cutoff = as_of - settle_seconds``
         (``as_of`` defaults to now). Accepted: from ``ledger_dir`` (the gateway's ledger)
         when given, else inferred from the landed sequences. See the package docstring.
+        ``files``: the table's committed files (see ``_landed``).
         """
         with self._spark_errors():
             return self._audit(
                 data_dir,
+                files,
                 as_of=as_of,
                 settle_seconds=settle_seconds,
                 drained=drained,
@@ -179,6 +183,7 @@ class SparkAnalytics:
     def _audit(
         self,
         data_dir: Path,
+        files: Sequence[Path],
         *,
         as_of: datetime | None,
         settle_seconds: float,
@@ -192,7 +197,7 @@ class SparkAnalytics:
         else:
             as_of = (as_of or datetime.now(UTC)).astimezone(UTC)
             cutoff = as_of - timedelta(seconds=settle_seconds)
-        landed = self._landed(data_dir)
+        landed = self._landed(data_dir, files)
         ledger = self._ledger(ledger_dir) if ledger_dir is not None else None
 
         self._step("audit: counting landed sequences")
@@ -401,6 +406,7 @@ class SparkAnalytics:
     def report(
         self,
         data_dir: Path,
+        files: Sequence[Path],
         *,
         partitions: int,
         bucket_seconds: int | None = None,
@@ -411,10 +417,12 @@ class SparkAnalytics:
 
         Data rows only (announcements excluded). ``bucket_seconds`` defaults to a round
         size giving at most ~120 buckets. Raises ``NoDataError`` when nothing landed.
+        ``files``: the table's committed files (see ``_landed``).
         """
         with self._spark_errors():
             return self._report(
                 data_dir,
+                files,
                 partitions=partitions,
                 bucket_seconds=bucket_seconds,
                 window_seconds=window_seconds,
@@ -424,6 +432,7 @@ class SparkAnalytics:
     def _report(
         self,
         data_dir: Path,
+        files: Sequence[Path],
         *,
         partitions: int,
         bucket_seconds: int | None,
@@ -431,7 +440,7 @@ class SparkAnalytics:
         top_projects: int,
     ) -> dict[str, Any]:
         rows = (
-            self._landed(data_dir)
+            self._landed(data_dir, files)
             .filter(F.col("kind") != "announce")
             .select(
                 "project_id",
@@ -713,6 +722,7 @@ class SparkAnalytics:
     def weights(
         self,
         data_dir: Path,
+        files: Sequence[Path],
         *,
         partitions: int,
         metric: Literal["rows", "bytes"] = "rows",
@@ -722,10 +732,11 @@ class SparkAnalytics:
         """Partition weights from measured load (see ``PartitionWeights``).
 
         ``since`` limits the measurement to rows received from then on. Raises
-        ``NoDataError`` when no data row is in range.
+        ``NoDataError`` when no data row is in range. ``files``: the table's committed
+        files (see ``_landed``).
         """
         with self._spark_errors():
-            rows = self._landed(data_dir).filter(F.col("kind") != "announce")
+            rows = self._landed(data_dir, files).filter(F.col("kind") != "announce")
             if since is not None:
                 rows = rows.filter(F.col("received_at") >= F.lit(since.astimezone(UTC)))
             self._step("weights: load per partition")
@@ -769,16 +780,19 @@ class SparkAnalytics:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _landed(self, data_dir: Path) -> DataFrame:
-        """Every landed file under ``data_dir``: ``*.parquet`` only, hidden names skipped."""
+    def _landed(self, data_dir: Path, files: Sequence[Path]) -> DataFrame:
+        """The rows of ``files`` (each absolute, or relative to ``data_dir``): the files the
+        landing table's log names, listed by the caller. Never a glob of ``data_dir``, which
+        also holds files no commit names (a crashed writer's) or no longer names (compacted
+        away). ``date`` comes from each file's path (``data_dir`` is the partition base)."""
         if not data_dir.is_dir():
             raise LandingDirError(f"landing directory {data_dir} does not exist")
-        self._step("reading the landing directory")
+        root = data_dir.resolve()
+        self._step(f"reading {len(files):,} landed file{'s' if len(files) != 1 else ''}")
         return (
             self.spark.read.schema(LANDED_READ_SCHEMA)
-            .option("recursiveFileLookup", "true")
-            .option("pathGlobFilter", "*.parquet")
-            .parquet(str(data_dir))
+            .option("basePath", str(root))
+            .parquet(*(str(root / path) for path in files))
         )
 
     def _ledger(self, ledger_dir: Path) -> DataFrame:

@@ -1,9 +1,15 @@
-"""``shoal analytics``: Spark jobs over landed data (audit, report, weights).
+"""``shoal analytics``: Spark jobs over landed data (audit, report, weights), and
+compaction of the landing table (compact, no Spark).
+
+The landing directory is a table: its data are the files its log (``_shoal/log``) names,
+which the commands list through ``services.common.table.read_table`` and hand to Spark,
+never a glob of the folder. A directory with Parquet files but no log is refused.
 
 pyspark loads only when a command runs (``adapters.spark`` imports it lazily), so the other
-``shoal`` commands start without it. Exit codes: 0 fine; 1 the audit found a loss, or
-nothing landed to measure; 2 usage (bad option, missing directory); 3 Spark failed.
-Progress (the current step, and tasks done over the active Spark stages) goes to stderr.
+``shoal`` commands start without it. Exit codes: 0 fine; 1 the audit found a loss, nothing
+landed to measure, or compaction found rows that do not add up; 2 usage (bad option,
+missing directory, no log, an unreadable log or disk); 3 Spark failed. Progress (the
+current step, and tasks done over the active Spark stages) goes to stderr.
 """
 
 from __future__ import annotations
@@ -14,14 +20,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
+import anyio
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from adapters.parquet import LOG_DIR
 from adapters.spark import (
     DEFAULT_SETTLE_SECONDS,
     AnalyticsError,
@@ -33,12 +42,28 @@ from adapters.spark import (
     render_report_html,
 )
 from core.assignment import AssignmentOptions, AssignmentRequest, strategy_named
+from core.errors import CommitRefusedError
 from core.partitioning import DEFAULT_PARTITIONS
+from core.table import TableState
+from services.cli._compact import (
+    DEFAULT_RETENTION,
+    DEFAULT_TARGET_ROWS,
+    Compaction,
+    compact,
+)
+from services.common.table import read_table
 
 if TYPE_CHECKING:
     from adapters.spark import SparkAnalytics, SparkSettings
 
-__all__ = ["EXIT_LOST", "EXIT_SPARK", "EXIT_USAGE", "analytics_app", "parse_time"]
+__all__ = [
+    "EXIT_LOST",
+    "EXIT_SPARK",
+    "EXIT_USAGE",
+    "analytics_app",
+    "committed_files",
+    "parse_time",
+]
 
 EXIT_LOST = 1
 EXIT_USAGE = 2
@@ -46,7 +71,7 @@ EXIT_SPARK = 3
 
 analytics_app = typer.Typer(
     name="analytics",
-    help="Spark jobs over landed Parquet data: audit, report, weights.",
+    help="Spark jobs over landed Parquet data (audit, report, weights); compact the table.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -54,7 +79,9 @@ analytics_app = typer.Typer(
 
 DataDir = Annotated[
     Path,
-    typer.Argument(help="the landing directory (date=YYYY-MM-DD/*.parquet)"),
+    typer.Argument(
+        help="the landing directory: a table, date=YYYY-MM-DD/*.parquet named by _shoal/log"
+    ),
 ]
 Master = Annotated[
     str | None,
@@ -89,6 +116,40 @@ def parse_time(text: str) -> datetime:
             f"seconds since the epoch, or now"
         ) from None
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _table(data_dir: Path) -> TableState:
+    """The landing table at ``data_dir`` as its log says; exit 2 when the directory is
+    missing, holds Parquet files but no log (nothing says which of them are data), or its
+    log cannot be read. A directory with neither is an empty table."""
+    if not data_dir.exists():
+        _fail(f"landing directory {data_dir} does not exist", EXIT_USAGE)
+    if not data_dir.is_dir():
+        _fail(f"landing directory {data_dir} is not a directory", EXIT_USAGE)
+    if not (data_dir / LOG_DIR).is_dir() and _has_parquet(data_dir):
+        _fail(
+            f"{data_dir} holds Parquet files but no commit log ({LOG_DIR}): only files a "
+            f"landing table's log names are data, so it cannot be read as one",
+            EXIT_USAGE,
+        )
+    try:
+        return read_table(data_dir)
+    except (OSError, ValueError, CommitRefusedError) as exc:
+        _fail(f"cannot read the landing table's log {data_dir / LOG_DIR}: {exc}", EXIT_USAGE)
+
+
+def committed_files(data_dir: Path) -> list[Path]:
+    """The files of the landing table at ``data_dir`` (absolute paths, sorted), as its log
+    names them; exits like ``_table``."""
+    root = data_dir.resolve()
+    return [root / path for path in sorted(_table(data_dir).files)]
+
+
+def _has_parquet(data_dir: Path) -> bool:
+    return any(
+        not any(part.startswith((".", "_")) for part in path.relative_to(data_dir).parts)
+        for path in data_dir.rglob("*.parquet")
+    )
 
 
 def _settings(master: str | None) -> SparkSettings:
@@ -221,14 +282,14 @@ def audit(
     if drain_marker and as_of is not None:
         _fail("--drain-marker and --as-of exclude each other", EXIT_USAGE)
     moment = parse_time(as_of) if as_of is not None else None
-    if not data_dir.is_dir():
-        _fail(f"landing directory {data_dir} does not exist", EXIT_USAGE)
+    files = committed_files(data_dir)
     ledger_dir = None if no_ledger else ledger
     if ledger_dir is None and not no_ledger and (data_dir / "_ledger").is_dir():
         ledger_dir = data_dir / "_ledger"
     with _analytics(master, quiet or as_json) as analytics:
         result = analytics.audit(
             data_dir,
+            files,
             as_of=moment,
             settle_seconds=settle,
             drained=drain_marker,
@@ -346,11 +407,11 @@ def report(
     quiet: Quiet = False,
 ) -> None:
     """Volume, skew, handler load over time, latency, rebalances: report.json + report.html."""
-    if not data_dir.is_dir():
-        _fail(f"landing directory {data_dir} does not exist", EXIT_USAGE)
+    files = committed_files(data_dir)
     with _analytics(master, quiet) as analytics:
         document = analytics.report(
             data_dir,
+            files,
             partitions=partitions,
             bucket_seconds=bucket,
             window_seconds=window,
@@ -415,11 +476,10 @@ def weights(
         _fail(f"--metric must be rows or bytes, not {metric!r}", EXIT_USAGE)
     chosen: Literal["rows", "bytes"] = "rows" if metric == "rows" else "bytes"
     start = parse_time(since) if since is not None else None
-    if not data_dir.is_dir():
-        _fail(f"landing directory {data_dir} does not exist", EXIT_USAGE)
+    files = committed_files(data_dir)
     with _analytics(master, quiet) as analytics:
         measured = analytics.weights(
-            data_dir, partitions=partitions, metric=chosen, floor=floor, since=start
+            data_dir, files, partitions=partitions, metric=chosen, floor=floor, since=start
         )
     try:
         measured.write(out)
@@ -458,4 +518,109 @@ def compare_strategies(measured: PartitionWeights, members: int) -> tuple[float,
     return (
         load_skew({m: owned[0].get(m, ()) for m in ids}, loads),
         load_skew({m: owned[1].get(m, ()) for m in ids}, loads),
+    )
+
+
+# --- compact ----------------------------------------------------------------------------
+
+
+@analytics_app.command("compact")
+def compact_command(
+    data_dir: DataDir,
+    *,
+    target_rows: Annotated[
+        int, typer.Option(help="rows per merged file, at most", min=1)
+    ] = DEFAULT_TARGET_ROWS,
+    retention: Annotated[
+        float,
+        typer.Option(
+            help="seconds a file the table does not name (a crashed writer's, or compacted "
+            "away) is kept, from its last change, before it is deleted",
+            min=0,
+        ),
+    ] = DEFAULT_RETENTION,
+    include_today: Annotated[
+        bool,
+        typer.Option(
+            "--include-today", help="also compact today's UTC date (handlers still write there)"
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Merge the small files of closed days (before today, UTC) into files of up to
+    --target-rows rows, one atomic swap per day; then delete files the table does not name
+    once older than --retention. Exit 1 when a day's rows do not add up (nothing swapped)."""
+    _table(data_dir)  # exits on a missing directory or log
+    progress = Console(stderr=True, highlight=False, soft_wrap=True, quiet=quiet or as_json)
+
+    def step(description: str) -> None:
+        progress.print(description, style="dim", markup=False)
+
+    try:
+        result = anyio.run(
+            partial(
+                compact,
+                data_dir,
+                today=datetime.now(UTC).date(),
+                include_today=include_today,
+                target_rows=target_rows,
+                retention=retention,
+                on_step=step,
+            )
+        )
+    except (OSError, ValueError, CommitRefusedError) as exc:
+        _fail(f"compaction of {data_dir} stopped: {exc}", EXIT_USAGE)
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        _print_compaction(result)
+    if not result.ok:
+        raise typer.Exit(EXIT_LOST)
+
+
+_STYLES = {"compacted": "green", "skipped": "", "raced": "yellow", "mismatch": "bold red"}
+
+
+def _print_compaction(result: Compaction) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(
+        f"compaction of {result.data_dir}: table version {result.version_before} -> "
+        f"{result.version_after}",
+        style="bold",
+        markup=False,
+    )
+    if result.days:
+        table = Table(show_edge=False, box=None, pad_edge=False)
+        table.add_column("date", style="bold")
+        table.add_column("files before", justify="right")
+        table.add_column("files after", justify="right")
+        table.add_column("rows", justify="right")
+        table.add_column("")
+        for day in result.days:
+            table.add_row(
+                day.date,
+                f"{day.files_before:,}",
+                f"{day.files_after:,}",
+                f"{day.rows:,}",
+                f"[{_STYLES[day.status]}]{day.status}[/]" if _STYLES[day.status] else day.status,
+            )
+        console.print(table)
+        for day in result.days:
+            if day.status in {"raced", "mismatch"}:
+                console.print(f"{day.date}: {day.note}", style=_STYLES[day.status], markup=False)
+    else:
+        console.print("no closed date in the table", markup=False)
+    garbage = result.garbage
+    if garbage is None:
+        console.print(
+            "STOPPED: a day's rows do not add up; it was not swapped, nothing was deleted",
+            style="bold red",
+        )
+        return
+    console.print(
+        f"deleted {len(garbage.deleted):,} file(s) the table does not name, older than "
+        f"{result.retention:g} s ({garbage.deleted_bytes:,} bytes); kept {garbage.kept:,} "
+        f"younger",
+        markup=False,
     )

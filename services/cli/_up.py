@@ -21,20 +21,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import httpx
-import pyarrow.parquet as pq
 from rich.console import Console
 
 from adapters.local import launch_argv
+from adapters.parquet import LocalLandingLog
 from infra.local.servers import ServerGroup, free_port, start_etcd, start_nats
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
+from services.common.table import LandingTable
 
 __all__ = ["UpOptions", "run_up"]
 
@@ -65,22 +66,17 @@ class _Child:
     log_path: Path
 
 
-@dataclass
 class _Landed:
-    """Counts landed rows by reading new Parquet footers only (files are never rewritten)."""
+    """Counts landed rows: those of the files the landing table's log names (each commit
+    gives its files' row counts), reading only the commits made since the last look."""
 
-    data_dir: Path
-    seen: set[Path] = field(default_factory=set)
-    rows: int = 0
+    def __init__(self, data_dir: Path) -> None:
+        self._table = LandingTable(LocalLandingLog(data_dir), writer="shoal-up")
 
-    def refresh(self) -> int:
-        for path in self.data_dir.rglob("*.parquet"):
-            if path in self.seen or path.name.startswith("."):
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                self.rows += pq.read_metadata(path).num_rows
-                self.seen.add(path)
-        return self.rows
+    async def refresh(self) -> int:
+        with contextlib.suppress(OSError, ValueError):  # a bad read: the count of last time
+            await self._table.refresh()
+        return self._table.state.rows()
 
 
 def _port(preferred: int) -> int:
@@ -357,7 +353,7 @@ async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> N
             with anyio.move_on_after(3):
                 await stop.wait()
             stack.check_children()
-            now, rows = anyio.current_time(), landed.refresh()
+            now, rows = anyio.current_time(), await landed.refresh()
             rate = (rows - previous[1]) / max(now - previous[0], 1e-9)
             previous = (now, rows)
             console.print(

@@ -108,6 +108,10 @@ class LoadGenerator:
         self._waiters.append((count, event))
         await event.wait()
 
+    async def wait_stopped(self) -> None:
+        """Return once ``run`` has returned (every request answered or given up)."""
+        await self._done.wait()
+
     def _batches(self) -> Iterator[_Batch]:
         plan = self.plan
         for k in itertools.count():

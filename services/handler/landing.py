@@ -1,6 +1,13 @@
 """The handler's landing buffer: rows of every owned partition gather in one batch that
-rolls into one file by row count, size or age (``core.landing``); the batch's messages are
-acked in bulk only once the file and its directory entry are durable.
+rolls into one file by row count, size or age (``core.landing``); the file is committed to
+the landed table (``core.table``) and only then are the batch's messages acked, in bulk.
+
+Exactly-once: right before writing, the batch is planned against the table
+(``plan_landing``): messages any of whose broker positions is settled already (landed by
+another handler, or by this one before a crash) are left out of the file and only acked.
+The commit is refused if another writer settled any of the batch's positions meanwhile;
+the file is then discarded and the batch planned again. So a position is settled by one
+commit only, whoever else tries.
 
 At most two batches exist: one filling, one landing. While the landing one is still being
 written (a slow or failing disk) and the filling one is full, partition workers stop
@@ -9,9 +16,14 @@ are kept alive with in-progress acks, so a batch may wait out a long storage out
 without spending any delivery attempt; only the lease bounds it.
 
 Ownership is checked twice per batch, each time with ``ownership_margin`` seconds to
-spare on the lease: right before the file becomes visible (inside the sink, after the
-slow write) and right before the ack. A handler paused past its lease makes nothing
-visible and acks nothing; its messages are redelivered to the partition's next owner.
+spare on the lease: right before the file gets its final name (inside the sink, after the
+slow write) and right before the ack. A handler paused past its lease writes and acks
+nothing more; its messages are redelivered to the partition's next owner. These checks
+save work; exactly-once does not rest on them but on the commit rule above.
+
+After acking, the lander asks the broker how far each of the batch's partitions is acked
+(``acked_below``, one round every ``floor_interval`` seconds, off the landing path) and
+records that floor in its next commit, so the table forgets settled positions below it.
 """
 
 from __future__ import annotations
@@ -29,7 +41,9 @@ from core.landing import RollPolicy, RollReason, retry_delay, roll_reason
 from core.messages import LandedRow
 from core.model import Partition
 from core.ports import Delivery, MembershipLease, Sink, Subscription
+from core.table import LandedFile, LogKey, log_key, plan_landing
 from services.common.logs import fields
+from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
 
 __all__ = ["Lander", "LandingOptions"]
@@ -52,6 +66,7 @@ class LandingOptions:
     # First rows fetched this soon after a partition's claim are its handed-over backlog
     # (the previous owner's last pull requests may hold the first messages back a moment).
     handover_window: float = 2.0
+    floor_interval: float = 5.0  # seconds between two rounds of acked_below queries
 
 
 @dataclass(eq=False, slots=True)
@@ -65,6 +80,7 @@ class _Batch:
     pending: dict[Subscription, list[Delivery]] = field(default_factory=dict)
     partitions: dict[Subscription, Partition] = field(default_factory=dict)
     message_ids: set[str] = field(default_factory=set)
+    places: list[tuple[LogKey, int, str]] = field(default_factory=list)  # per delivery
 
     def holds(self, subscription: Subscription) -> bool:
         return subscription in self.pending
@@ -80,13 +96,20 @@ class Lander:
         self,
         *,
         sink: Sink,
+        table: LandingTable,
         lease: MembershipLease,
         options: LandingOptions,
         metrics: HandlerMetrics,
         on_landed: Callable[[Sequence[LandedRow]], None],
     ) -> None:
         self._sink = sink
+        self._table = table
         self._lease = lease
+        self._floors: dict[LogKey, int] = {}  # acked_below, as last asked
+        # Subscriptions acked since the last round of acked_below queries.
+        self._floor_wanted: weakref.WeakKeyDictionary[Subscription, Partition] = (
+            weakref.WeakKeyDictionary()
+        )
         self._options = options
         self._metrics = metrics
         self._on_landed = on_landed
@@ -131,6 +154,8 @@ class Lander:
             batch.handover = True
         batch.pending.setdefault(subscription, []).extend(deliveries)
         batch.partitions[subscription] = partition
+        key = log_key(subscription.log_id, partition)
+        batch.places.extend((key, d.position, d.envelope.message_id) for d in deliveries)
         for row in rows:
             message_id = row.envelope.message_id
             if message_id in batch.message_ids:
@@ -190,6 +215,7 @@ class Lander:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._keep_alive)
+            tg.start_soon(self._ask_floors)
             await self._roll_forever()
 
     async def _roll_forever(self) -> None:
@@ -242,15 +268,15 @@ class Lander:
         options = self._options
         started = time.monotonic()
         failures = 0
-        files = 0
         while True:
             try:
                 if not self._still_owned():
                     self._drop(batch, "the lease expires before the file could be written")
                     return
                 with anyio.fail_after(options.write_timeout):
-                    files = await self._sink.write(batch.rows, still_valid=self._still_owned)
-                break
+                    landed = await self._commit(batch)
+                if landed is not None:
+                    break
             except OwnershipLostError:
                 self._drop(batch, "the lease was about to expire when the file was ready")
                 return
@@ -260,7 +286,7 @@ class Lander:
                 self._metrics.sink_failures.inc()
                 log.error(
                     "landing failed; the batch stays buffered (kept alive, not nak'd) "
-                    "and is written again",
+                    "and is planned and written again",
                     extra=fields(
                         error=repr(exc),
                         rows=len(batch.rows),
@@ -270,35 +296,63 @@ class Lander:
                     ),
                 )
                 await anyio.sleep(delay)
+        rows, files = landed
         if not self._still_owned():
-            # The rows are visible; without the ack they come back to the next owner.
-            self._drop(batch, "the lease was about to expire after the file became visible")
+            # Committed; without the ack the next owner gets the messages and, finding
+            # their positions settled, acks them without landing them again.
+            self._drop(batch, "the lease was about to expire after the commit")
             return
         await self._ack(batch)
         elapsed = time.monotonic() - started
-        self._metrics.files.inc(files)
-        self._metrics.file_rows.observe(len(batch.rows))
-        self._metrics.landed.inc(len(batch.rows))
-        self._on_landed(batch.rows)
+        self._metrics.files.inc(len(files))
+        if rows:
+            self._metrics.file_rows.observe(len(rows))
+        self._metrics.landed.inc(len(rows))
+        self._on_landed(rows)
         log.debug(
             "landed",
             extra=fields(
                 reason=reason.value,
-                rows=len(batch.rows),
-                files=files,
+                rows=len(rows),
+                already_landed=len(batch.rows) - len(rows),
+                files=len(files),
+                version=self._table.state.version,
                 partitions=len(set(batch.partitions.values())),
                 seconds=round(elapsed, 3),
             ),
         )
+
+    async def _commit(self, batch: _Batch) -> tuple[list[LandedRow], Sequence[LandedFile]] | None:
+        """Plan against the table, write, commit: the rows landed and their files, or None
+        when another writer settled some of the batch's positions first (the files are
+        discarded; plan again)."""
+        state = await self._table.refresh()
+        plan = plan_landing(state, batch.places)
+        rows = [r for r in batch.rows if r.envelope.message_id in plan.keep]
+        if plan.settles_nothing:
+            return rows, ()  # everything landed already (a redelivery): only ack
+        files: Sequence[LandedFile] = ()
+        if rows:
+            files = await self._sink.write(rows, still_valid=self._still_owned)
+        floors = {p: f for p, f in self._floors.items() if f > self._table.state.floors.get(p, 0)}
+        if not self._still_owned():
+            # Not needed for exactly-once (the commit rule is), but a handler paused past
+            # its lease commits nothing: a file older than `compact`'s retention may be gone.
+            await self._sink.discard(files)
+            raise OwnershipLostError("the lease was about to expire before the commit")
+        if await self._table.commit(added=files, positions=plan.positions, floors=floors):
+            return rows, files
+        await self._sink.discard(files)
+        return None
 
     async def _ack(self, batch: _Batch) -> None:
         async def ack(subscription: Subscription, deliveries: list[Delivery]) -> None:
             try:
                 await subscription.ack(deliveries)
                 self._metrics.acked.inc(len(deliveries))
-            except Exception as exc:  # the rows are durable: at worst they land again
+            except Exception as exc:  # committed: a redelivery is acked, not landed again
                 log.warning(
-                    "ack not confirmed; those messages may be redelivered and land twice",
+                    "ack not confirmed; those messages may be redelivered",
                     extra=fields(
                         partition=batch.partitions[subscription],
                         messages=len(deliveries),
@@ -309,6 +363,25 @@ class Lander:
         async with anyio.create_task_group() as tg:
             for subscription, deliveries in batch.pending.items():
                 tg.start_soon(ack, subscription, deliveries)
+        self._floor_wanted.update((s, p) for s, p in batch.partitions.items())
+
+    async def _ask_floors(self) -> None:
+        """Every ``floor_interval``: how far the broker has acked each partition acked
+        since the last round (one request each, off the landing path)."""
+        while True:
+            await anyio.sleep(self._options.floor_interval)
+            wanted, self._floor_wanted = self._floor_wanted, weakref.WeakKeyDictionary()
+            for subscription, partition in list(wanted.items()):
+                try:
+                    floor = await subscription.acked_below()
+                except Exception as exc:  # the table keeps more positions until next time
+                    log.debug(
+                        "acked_below not answered",
+                        extra=fields(partition=partition, error=repr(exc)),
+                    )
+                    continue
+                key = log_key(subscription.log_id, partition)
+                self._floors[key] = max(floor, self._floors.get(key, 0))
 
     def _still_owned(self) -> bool:
         return not self._lease.is_lost(self._options.ownership_margin)

@@ -9,7 +9,7 @@ import anyio
 from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry, start_http_server
 
-from adapters.parquet import ParquetSettings, ParquetSink
+from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from services.common.backends import Backends
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
@@ -30,6 +30,7 @@ class HandlerContainer(containers.DeclarativeContainer):
     sink = providers.Factory(
         ParquetSink, providers.Factory(ParquetSettings, data_dir=handler.provided.data_dir)
     )
+    landing_log = providers.Factory(LocalLandingLog, handler.provided.data_dir)
 
 
 async def serve(container: HandlerContainer) -> None:
@@ -44,12 +45,14 @@ async def serve(container: HandlerContainer) -> None:
         store = await stack.enter_async_context(container.backends.assignment_store())
         transport = await stack.enter_async_context(container.backends.transport())
         sink = await stack.enter_async_context(container.sink())
+        landing_log = await stack.enter_async_context(container.landing_log())
         handler = Handler(
             settings=settings,
             membership=membership,
             store=store,
             transport=transport,
             sink=sink,
+            landing_log=landing_log,
             metrics=container.metrics(),
         )
         log.info("handler starting", extra=fields(id=settings.id, data_dir=str(settings.data_dir)))

@@ -30,6 +30,7 @@ from core.ports import (
     AssignmentStore,
     Delivery,
     Hold,
+    LandingLog,
     Membership,
     MembershipLease,
     Sink,
@@ -39,6 +40,7 @@ from core.ports import (
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
+from services.common.table import LandingTable
 from services.handler.landing import Lander, LandingOptions
 from services.handler.metrics import HandlerMetrics
 
@@ -65,6 +67,7 @@ class Handler:
         store: AssignmentStore,
         transport: Transport,
         sink: Sink,
+        landing_log: LandingLog,
         metrics: HandlerMetrics,
     ) -> None:
         self._settings = settings
@@ -73,6 +76,7 @@ class Handler:
         self._store = store
         self._transport = transport
         self._sink = sink
+        self._table = LandingTable(landing_log, writer=settings.id)
         self._metrics = metrics
         self._owned: dict[Partition, _Ownership] = {}
         self._holds: dict[Partition, Hold] = {}
@@ -151,6 +155,7 @@ class Handler:
         clean = False
         self._lander = Lander(
             sink=self._sink,
+            table=self._table,
             lease=lease,
             options=self._landing_options,
             metrics=self._metrics,

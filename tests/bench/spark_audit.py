@@ -3,9 +3,10 @@
     .venv/bin/python -m tests.bench.spark_audit [--rows 1000000] [--files-per-partition 8]
 
 Generates a landing directory with pyarrow (the sink's schema and layout: one file per
-partition per time slice), with planted gaps and duplicates, then times each job on one
-SparkSession (``local[*]`` unless SHOAL_SPARK_MASTER says otherwise). Prints the figures;
-asserts only that the audit found exactly what was planted. Not a unit test.
+partition per time slice, named by one commit of the table's log), with planted gaps and
+duplicates, then times each job over the committed files on one SparkSession
+(``local[*]`` unless SHOAL_SPARK_MASTER says otherwise). Prints the figures; asserts only
+that the audit found exactly what was planted. Not a unit test.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import time
 import uuid
 from pathlib import Path
 
+import anyio
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from adapters.parquet import LANDED_SCHEMA
+from adapters.parquet import LANDED_SCHEMA, LocalLandingLog
 from adapters.spark import SparkAnalytics
 from core.partitioning import partition_for
+from core.table import LandedFile
+from services.common.table import LandingTable, read_table
 
 BASE_US = 1_763_726_400_000_000  # 2025-11-21T12:00:00Z
 PARTITIONS = 128
@@ -79,12 +83,20 @@ def generate(data_dir: Path, rows: int, files: int) -> tuple[int, int, int]:
     folder = data_dir / "date=2025-11-21"
     folder.mkdir(parents=True, exist_ok=True)
     chunk = -(-table.num_rows // files)
+    written = []
     for start in range(0, table.num_rows, chunk):
-        pq.write_table(
-            table.slice(start, chunk),
-            folder / f"h1-{uuid.uuid4().hex}.parquet",
-            compression="zstd",
-        )
+        part = table.slice(start, chunk)
+        path = folder / f"h1-{uuid.uuid4().hex}.parquet"
+        pq.write_table(part, path, compression="zstd")
+        written.append(LandedFile(path.relative_to(data_dir).as_posix(), part.num_rows))
+
+    async def commit() -> None:
+        async with LocalLandingLog(data_dir) as landing_log:
+            landing = LandingTable(landing_log, "bench")
+            await landing.refresh()
+            assert await landing.commit(added=written)
+
+    anyio.run(commit)
     return lost, duplicated, files
 
 
@@ -99,6 +111,7 @@ def main() -> None:
     try:
         started = time.perf_counter()
         lost, duplicated, files = generate(data_dir, args.rows, args.files)
+        landed = [data_dir / path for path in sorted(read_table(data_dir).files)]
         generated = time.perf_counter() - started
         timings: list[tuple[str, float]] = [("generate (pyarrow)", generated)]
 
@@ -107,14 +120,14 @@ def main() -> None:
             timings.append(("start Spark session", time.perf_counter() - started))
             for label in ("audit, cold", "audit, warm"):
                 started = time.perf_counter()
-                result = analytics.audit(data_dir, drained=True)
+                result = analytics.audit(data_dir, landed, drained=True)
                 timings.append((label, time.perf_counter() - started))
                 assert (result.lost, result.duplicated) == (lost, duplicated), result
             started = time.perf_counter()
-            report = analytics.report(data_dir, partitions=PARTITIONS)
+            report = analytics.report(data_dir, landed, partitions=PARTITIONS)
             timings.append(("report", time.perf_counter() - started))
             started = time.perf_counter()
-            analytics.weights(data_dir, partitions=PARTITIONS)
+            analytics.weights(data_dir, landed, partitions=PARTITIONS)
             timings.append(("weights", time.perf_counter() - started))
             master = analytics.spark.sparkContext.master
             cores = analytics.spark.sparkContext.defaultParallelism

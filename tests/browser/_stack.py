@@ -24,7 +24,7 @@ from adapters.memory import (
     InMemoryMembership,
     InMemoryTransport,
 )
-from adapters.parquet import ParquetSettings, ParquetSink
+from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
 from core.model import Assignment
@@ -139,6 +139,7 @@ class Stack:
                 store=store,
                 transport=self.transport,
                 sink=ParquetSink(ParquetSettings(data_dir=self.data_dir)),
+                landing_log=LocalLandingLog(self.data_dir),
                 metrics=HandlerMetrics(CollectorRegistry()),
             )
             task_status.started()

@@ -185,6 +185,50 @@ class TransportContract:
         await fetch_none(sub, 0.5)
         assert await transport.backlog(2) == 0
 
+    # -- positions and the ack floor ---------------------------------------------------
+
+    async def test_positions_grow_with_publish_order_and_stay_on_redelivery(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(2, "pos", i) for i in range(1, 21)]
+        await transport.publish(sent[:10])
+        await transport.publish([envelope(5, "other", i) for i in range(1, 6)])  # interleaved
+        await transport.publish(sent[10:])
+        sub = await transport.open(2, "h1")
+        got = await fetch_n(sub, 20)
+        positions = {d.envelope.message_id: d.position for d in got}
+        in_order = [positions[e.message_id] for e in sent]
+        assert in_order == sorted(set(in_order)), "distinct, growing with publish order"
+        await sub.ack(got[1:])
+        await sub.close()
+        again = await transport.open(2, "h2")
+        (back,) = await fetch_n(again, 1, limit=ACK_WAIT + 5)
+        assert back.envelope == got[0].envelope and back.position == got[0].position
+        assert again.log_id == sub.log_id != "", "one log, whichever subscription reads it"
+        await back.ack()
+
+    async def test_acked_below_covers_exactly_the_acked_prefix(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(4, "floor", i) for i in range(1, 11)]
+        await transport.publish(sent)
+        sub = await transport.open(4, "h1")
+        got = sorted(await fetch_n(sub, 10), key=lambda d: d.position)
+        before = await sub.acked_below()
+        assert before <= got[0].position, "nothing acked yet: the floor is at most the first"
+        await sub.ack(got[:4])
+        await sub.ack(got[6:])  # out of order: 4 and 5 are still unacked
+        with anyio.fail_after(LIMIT):
+            # The broker's own state is the point of truth, and it offers no event.
+            while (floor := await sub.acked_below()) < got[4].position:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        assert got[3].position < floor <= got[4].position, "never past an unacked message"
+        await sub.ack(got[4:6])
+        with anyio.fail_after(LIMIT):
+            while (floor := await sub.acked_below()) <= got[9].position:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        await sub.close()
+
     # -- settlement --------------------------------------------------------------------
 
     async def test_redelivers_with_attempt_2_when_not_acked_within_ack_wait(

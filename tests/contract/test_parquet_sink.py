@@ -88,9 +88,15 @@ async def test_write_lands_exactly_the_rows_when_read_back(tmp_path: Path) -> No
 async def test_one_file_per_date_and_write_holding_every_partition_sorted(tmp_path: Path) -> None:
     sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
     day1 = [row(7, partition=12), row(2), row(1), row(3, partition=12)]
-    assert await sink.write([*day1, row(4, received_at=DAY2)]) == 2
-    assert await sink.write([row(5)]) == 1
+    first = await sink.write([*day1, row(4, received_at=DAY2)])
+    second = await sink.write([row(5)])
+    assert [(f.path.split("/")[0], f.rows) for f in first] == [
+        ("date=2026-11-21", 4),
+        ("date=2026-11-22", 1),
+    ]
+    assert [(f.path.split("/")[0], f.rows) for f in second] == [("date=2026-11-21", 1)]
     files = tree(tmp_path, "*.parquet")
+    assert sorted(f.path for f in [*first, *second]) == sorted(p.as_posix() for p in files)
     assert [str(p.parent) for p in files] == [
         "date=2026-11-21",
         "date=2026-11-21",
@@ -204,3 +210,14 @@ def test_every_visible_file_is_whole_when_the_writer_is_killed(tmp_path: Path) -
         assert pq.read_table(tmp_path / f).num_rows == 2000
     dataset = ds.dataset(tmp_path, format="parquet", partitioning="hive")
     assert dataset.count_rows() == 2000 * len(files)
+
+
+@pytest.mark.anyio
+async def test_discard_removes_exactly_the_files_named(tmp_path: Path) -> None:
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    kept = await sink.write([row(1), row(2, received_at=DAY2)])
+    dropped = await sink.write([row(3), row(4, received_at=DAY2)])
+    await sink.discard(dropped)
+    await sink.discard(dropped)  # gone already: fine
+    assert sorted(p.as_posix() for p in tree(tmp_path, "*.parquet")) == sorted(f.path for f in kept)
+    assert sorted(r["message_id"] for r in read_back(tmp_path)) == ["m1", "m2"]

@@ -280,8 +280,11 @@ class Cluster:
             await self.wait_ready(name)
         return self._procs[name]
 
-    async def start_handler(self, name: str, *, ready: bool = True) -> ServiceProcess:
-        """Start a handler; ready when it appears in the status document's members."""
+    async def start_handler(
+        self, name: str, *, ready: bool = True, env: Mapping[str, str] | None = None
+    ) -> ServiceProcess:
+        """Start a handler (``env``: more SHOAL_HANDLER_* settings); ready when it appears
+        in the status document's members."""
         self._spawn(
             name,
             "handler",
@@ -290,6 +293,7 @@ class Cluster:
                 "SHOAL_HANDLER_ID": name,
                 "SHOAL_HANDLER_DATA_DIR": str(self.data_dir),
                 "SHOAL_HANDLER_LEASE_TTL": str(LEASE_TTL),
+                **(env or {}),
             },
         )
         if ready:

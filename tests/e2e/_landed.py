@@ -1,28 +1,34 @@
 """Read the Parquet landing zone: ``{data_dir}/date=YYYY-MM-DD/{handler}-{uuid}.parquet``.
 
+The zone is a table: its rows are those of the files its log (``_shoal/log``) names, and
+nothing else in the folder (a file a handler wrote but did not commit, because it crashed
+or found its rows landed by another, is not data). Both readers here list the files from
+the log (``services.common.table``), never from the folder.
+
 Columns (written by the ParquetSink): message_id, project_id, partition, generation,
 handler_id, gateway_id, sequence, received_at, handled_at, kind, payload. In
 ``LandingZone`` tables, ``received_at`` and ``handled_at`` are float seconds since the
 epoch (comparable with ``time.time()``), and ``landed_at`` is added: the modification time
 of the row's file (when the write reached the disk, as opposed to ``handled_at``, stamped
-by the handler before it wrote).
+by the handler before it wrote; its commit follows at once).
 
-``LandingZone.refresh()`` reads only files it has not read yet (or that changed since),
-so tests can watch the zone grow while load runs. Files whose name or directory starts
-with ``.`` or ``_`` are skipped (pyarrow.dataset's own convention for temporary files),
-and a file that cannot be read yet (still being written) is tried again next time.
+``LandingZone.refresh()`` reads only the commits made since its last call and the files
+they add (and forgets files they remove), so tests can watch the zone grow while load runs.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+
+from adapters.parquet import LocalLandingLog
+from services.common.table import LandingTable, read_table
 
 __all__ = [
     "COLUMNS",
@@ -47,16 +53,6 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class _Signature:
-    mtime_ns: int
-    size: int
-
-
-def _visible(path: Path, root: Path) -> bool:
-    return not any(part.startswith((".", "_")) for part in path.relative_to(root).parts)
-
-
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
@@ -78,56 +74,41 @@ def _normalized(table: Any, mtime_ns: int) -> Any:
 
 
 class LandingZone:
-    """An incrementally read view of the Parquet files under ``data_dir``."""
+    """An incrementally read view of the landing table at ``data_dir``."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self._read: dict[Path, _Signature] = {}
-        self._tables: dict[Path, Any] = {}
+        self._view = LandingTable(LocalLandingLog(data_dir), writer="e2e-reader")
+        self._tables: dict[str, Any] = {}  # by path relative to data_dir, as the log names it
         self._ids: Counter[str] = Counter()
         self._combined: Any = None
-        self.unreadable: dict[Path, str] = {}  # files skipped on the last refresh, and why
 
     @property
     def files(self) -> int:
         return len(self._tables)
 
     def refresh(self) -> int:
-        """Read new and changed files; returns how many rows were added (net)."""
+        """Catch up with the table; returns how many rows were added (net). Runs an event
+        loop of its own: call it where none runs (``anyio.to_thread.run_sync``)."""
+        state = anyio.run(self._view.refresh)
         added = 0
         changed = False
-        self.unreadable = {}
-        if not self.data_dir.exists():
-            return 0
-        for path in sorted(self.data_dir.rglob("*.parquet")):
-            if not path.is_file() or not _visible(path, self.data_dir):
-                continue
-            stat = path.stat()
-            signature = _Signature(stat.st_mtime_ns, stat.st_size)
-            if self._read.get(path) == signature:
-                continue
-            try:
-                table = ds.dataset(path, format="parquet").to_table()
-            except (pa.ArrowException, OSError) as exc:
-                self.unreadable[path] = str(exc)
-                continue
-            after = path.stat()
-            if _Signature(after.st_mtime_ns, after.st_size) != signature:
-                self.unreadable[path] = "changed while read"
-                continue
-            table = _normalized(table, signature.mtime_ns)
-            old = self._tables.get(path)
-            if old is not None:
-                self._ids.subtract(old.column("message_id").to_pylist())
-                added -= old.num_rows
+        for path in [p for p in self._tables if p not in state.files]:  # compacted away
+            old = self._tables.pop(path)
+            self._ids.subtract(old.column("message_id").to_pylist())
+            added -= old.num_rows
+            changed = True
+        for path in sorted(state.files.keys() - self._tables.keys()):
+            file = self.data_dir / path
+            mtime_ns = file.stat().st_mtime_ns
+            table = _normalized(ds.dataset(file, format="parquet").to_table(), mtime_ns)
             self._ids.update(table.column("message_id").to_pylist())
             self._tables[path] = table
-            self._read[path] = signature
             added += table.num_rows
             changed = True
         if changed:
             self._combined = None
-        self._ids += Counter()  # drop zero counts left by re-read files
+        self._ids += Counter()  # drop zero counts left by removed files
         return added
 
     def ids(self) -> Counter[str]:
@@ -174,10 +155,9 @@ def _empty_table() -> Any:
 
 
 def read_landed(data_dir: Path) -> Any:
-    """Every landed row under ``data_dir`` in one pass of pyarrow.dataset (no landed_at)."""
-    files = [
-        str(p) for p in sorted(data_dir.rglob("*.parquet")) if p.is_file() and _visible(p, data_dir)
-    ]
+    """Every row of the landing table at ``data_dir`` in one pass of pyarrow.dataset (no
+    landed_at). Runs an event loop of its own, like ``LandingZone.refresh``."""
+    files = [str(data_dir / path) for path in sorted(read_table(data_dir).files)]
     if not files:
         return _empty_table().drop_columns(["landed_at"])
     return ds.dataset(files, format="parquet").to_table()

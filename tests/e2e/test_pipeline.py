@@ -8,6 +8,7 @@ each test also writes them as JSON into its pytest tmp dir.
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -293,6 +294,77 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
     assert audit["lost"] == 0
     assert audit["accepted"] == len(accepted)
     assert audit["duplicated"] == figures["duplicate_rows"]
+    # Exactly once: the kills left no message landed twice (the audit agrees above).
+    assert not dupes, f"{len(dupes)} messages landed more than once, e.g. {sorted(dupes)[:5]}"
+
+
+# --- a'. exactly once under repeated kills ------------------------------------------------
+
+SMALL_ROLLS = {"SHOAL_HANDLER_ROLL_ROWS": "300"}  # a roll (write, commit, ack) every ~0.5 s
+KILL_ROUNDS = 6
+
+
+async def test_every_message_lands_once_when_handlers_are_killed_again_and_again(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """SIGKILL a handler at a seeded random moment, six times, each time starting a new
+    one, under steady load. Handlers roll small files, so the kills fall into the write ->
+    commit -> ack window of some batches; their redeliveries must not land twice."""
+    chance = random.Random(2026)
+    cluster = make_cluster("d")
+    with anyio.fail_after(300):
+        async with cluster, anyio.create_task_group() as tg:
+            await cluster.start_gateway(ready=False)
+            await cluster.start_leader("leader-a", ready=False)
+            alive = ["h1", "h2", "h3"]
+            for name in alive:
+                await cluster.start_handler(name, ready=False, env=SMALL_ROLLS)
+            for name in ("gateway", "leader-a"):
+                await cluster.wait_ready(name, within=60.0)
+            await cluster.wait_for(lambda d: settled(d, alive), 60.0, "h1-h3 own every partition")
+            zone = LandingZone(cluster.data_dir)
+            load = LoadGenerator(
+                cluster.process("gateway").url,
+                LoadPlan(messages=None, projects=500, batch=20, concurrency=8, rate=1_500.0),
+            )
+            stop = anyio.Event()
+            tg.start_soon(load.run, stop)
+            await load.wait_accepted(2_000)
+            kills: list[str] = []
+            for round_ in range(KILL_ROUNDS):
+                # The random moment is the fault being injected, not a synchronisation.
+                await anyio.sleep(chance.uniform(0.3, 2.5))
+                victim = chance.choice(alive)
+                cluster.kill(victim, signal.SIGKILL)
+                assert await cluster.wait_exit(victim, 5.0) == -signal.SIGKILL
+                alive.remove(victim)
+                kills.append(victim)
+                newcomer = f"h{4 + round_}"
+                await cluster.start_handler(newcomer, ready=False, env=SMALL_ROLLS)
+                alive.append(newcomer)
+            await cluster.wait_for(
+                lambda d: settled(d, alive), 60.0, f"{alive} own every partition"
+            )
+            stop.set()
+            await load.wait_stopped()
+            accepted = set(load.summary.accepted)
+            missing = await wait_all_landed(zone, accepted, within=120.0)
+            tg.cancel_scope.cancel()
+    await anyio.to_thread.run_sync(zone.refresh)
+    ids = zone.ids()
+    dupes = duplicates(ids)
+    figures = {
+        "accepted": len(accepted),
+        "lost": len(missing),
+        "duplicates": len(dupes),
+        "landed_rows": sum(ids.values()),
+        "killed": kills,
+        "files": zone.files,
+    }
+    report("repeated-kills", figures, tmp_path)
+    assert not missing, f"{len(missing)} accepted messages never landed"
+    assert not dupes, f"{len(dupes)} messages landed twice, e.g. {sorted(dupes)[:5]}"
+    assert set(ids) == accepted
 
 
 def run_audit(data_dir: Path) -> dict[str, Any]:
@@ -487,8 +559,11 @@ async def test_paused_handler_writes_nothing_for_partitions_it_lost(
             await anyio.sleep(max(0.0, resumed_at + 3.0 - time.time()))
             exit_after_resume = cluster.process(paused).popen.poll()
             stop.set()
+            await load.wait_stopped()
+            missing = await wait_all_landed(zone, set(load.summary.accepted), within=60.0)
             tg.cancel_scope.cancel()
     await anyio.to_thread.run_sync(zone.refresh)
+    dupes = duplicates(zone.ids())
 
     table = zone.table()
     rows = table.filter(pc.equal(table.column("handler_id"), paused)).to_pylist()
@@ -546,6 +621,9 @@ async def test_paused_handler_writes_nothing_for_partitions_it_lost(
         "late_writes_of_lost_partitions": len(late_writes),
         "rows_in_loss_window": len(in_loss_window),
         "unknown_generations": unknown_generations,
+        "accepted": len(load.summary.accepted),
+        "lost": len(missing),
+        "duplicates": len(dupes),
         "first_row_after_resume_s": None
         if first_after is None
         else round(first_after["handled_at"] - resumed_at, 2),
@@ -565,4 +643,6 @@ async def test_paused_handler_writes_nothing_for_partitions_it_lost(
     assert not unknown_generations, f"generations never observed: {unknown_generations}"
     assert not not_its_own, f"rows for partitions not assigned to {paused}: {not_its_own[:3]}"
     assert not late_writes, f"{paused} landed stale rows after resuming: {late_writes[:3]}"
+    assert not missing, f"{len(missing)} accepted messages never landed"
+    assert not dupes, f"messages landed twice around the pause, e.g. {sorted(dupes)[:5]}"
     assert not rejoin_error, f"{paused} did not come back after SIGCONT: {rejoin_error}"

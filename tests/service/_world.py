@@ -24,12 +24,13 @@ from adapters.memory import (
     InMemoryMembership,
     InMemoryTransport,
 )
-from adapters.parquet import ParquetSettings, ParquetSink
+from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
 from core.model import Assignment
-from core.ports import Sink
+from core.ports import LandingLog, Sink
 from services.common.settings import HandlerSettings, LeaderSettings
+from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
 from services.leader.coordinator import Coordinator
@@ -53,6 +54,7 @@ class World:
     tg: TaskGroup
     partitions: int
     stops: dict[str, anyio.Event] = field(default_factory=dict)
+    scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
     coordinators: dict[str, Coordinator] = field(default_factory=dict)
     metrics: dict[str, HandlerMetrics] = field(default_factory=dict)
 
@@ -60,16 +62,34 @@ class World:
         return ParquetSink(ParquetSettings(data_dir=self.data_dir))
 
     async def start_handler(
-        self, handler_id: str, *, sink: Sink | None = None, **settings: Any
+        self,
+        handler_id: str,
+        *,
+        sink: Sink | None = None,
+        landing_log: LandingLog | None = None,
+        **settings: Any,
     ) -> None:
         self.stops[handler_id] = anyio.Event()
         options = {**HANDLER_DEFAULTS, "id": handler_id, **settings}
-        await self.tg.start(self._run_handler, handler_id, sink or self.parquet(), options)
+        await self.tg.start(
+            self._run_handler,
+            handler_id,
+            sink or self.parquet(),
+            landing_log or LocalLandingLog(self.data_dir),
+            options,
+        )
+
+    def kill(self, handler_id: str) -> None:
+        """As SIGKILL would: the handler stops at its next await, drains nothing, acks
+        nothing more, and its lease ends as a TTL would end it."""
+        self.scopes[handler_id].cancel()
+        self.state.expire(handler_id)
 
     async def _run_handler(
         self,
         handler_id: str,
         sink: Sink,
+        landing_log: LandingLog,
         settings: dict[str, Any],
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -86,10 +106,12 @@ class World:
                 store=store,
                 transport=self.transport,
                 sink=sink,
+                landing_log=landing_log,
                 metrics=metrics,
             )
-            task_status.started()
-            await handler.run(self.stops[handler_id])
+            with anyio.CancelScope() as self.scopes[handler_id]:
+                task_status.started()
+                await handler.run(self.stops[handler_id])
 
     async def start_leader(self, leader_id: str) -> Coordinator:
         self.stops[leader_id] = anyio.Event()
@@ -137,10 +159,16 @@ class World:
             ids.update(share)
         return ids
 
-    def landed(self) -> list[dict[str, Any]]:
-        if not any(self.data_dir.rglob("*.parquet")):
+    async def landed(self) -> list[dict[str, Any]]:
+        """Every row of the landed table: the files its commits name, nothing else."""
+        async with LocalLandingLog(self.data_dir) as landing_log:
+            state = await LandingTable(landing_log, writer="test-reader").refresh()
+        if not state.files:
             return []
-        table = ds.dataset(self.data_dir, format="parquet", partitioning="hive").to_table()
+        paths = [str(self.data_dir / path) for path in sorted(state.files)]
+        table = ds.dataset(
+            paths, format="parquet", partitioning="hive", partition_base_dir=str(self.data_dir)
+        ).to_table()
         rows: list[dict[str, Any]] = table.to_pylist()
         return rows
 
@@ -149,7 +177,7 @@ class World:
             while True:
                 # Rows in files under their final names are the outcome under test; there
                 # is no event to await.
-                rows = self.landed()
+                rows = await self.landed()
                 if ids <= {str(r["message_id"]) for r in rows}:
                     return rows
                 await anyio.sleep(0.05)

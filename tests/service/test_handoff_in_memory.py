@@ -35,7 +35,7 @@ async def test_data_lands_once_per_message_when_three_handlers_share_partitions(
     assert sorted(len(p) for p in assignment.by_member().values()) == [4, 4, 4]
     ids = await world.publish(300, PROJECTS)
     await world.until_landed(ids)
-    rows = world.landed()
+    rows = await world.landed()
     assert len(rows) == len({r["message_id"] for r in rows}) == 300
     for row in rows:
         assert assignment.owners[int(str(row["partition"]))] == (row["handler_id"],)
@@ -55,7 +55,7 @@ async def test_partitions_move_and_nothing_is_lost_when_a_handler_lease_expires(
     assert not set(after.owned_by("h2"))
     ids = await world.publish(200, PROJECTS)
     await world.until_landed(ids)
-    takers = {r["handler_id"] for r in world.landed() if r["partition"] in lost_partitions}
+    takers = {r["handler_id"] for r in (await world.landed()) if r["partition"] in lost_partitions}
     assert takers <= {"h1", "h3"} and takers
 
 

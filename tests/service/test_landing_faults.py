@@ -27,6 +27,7 @@ from core.messages import LandedRow
 from core.model import Partition
 from core.partitioning import partition_for
 from core.ports import Sink, Subscription
+from core.table import LandedFile
 from tests.service._world import World, world_of
 
 pytestmark = pytest.mark.anyio
@@ -47,11 +48,14 @@ class FailingSink:
 
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
-    ) -> int:
+    ) -> Sequence[LandedFile]:
         if self.failing():
             self.failures += 1
             raise OSError(errno.ENOSPC, "No space left on device")
         return await self.inner.write(rows, still_valid=still_valid)
+
+    async def discard(self, files: Sequence[LandedFile]) -> None:
+        await self.inner.discard(files)
 
 
 class StallingSink(ParquetSink):
@@ -76,7 +80,7 @@ class StallingSink(ParquetSink):
 
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
-    ) -> int:
+    ) -> Sequence[LandedFile]:
         self.outcomes.append("started")
         index = len(self.outcomes) - 1
         try:
@@ -157,7 +161,7 @@ async def test_a_handler_stalled_before_its_rename_past_its_lease_makes_nothing_
     # The stalled write either saw its lease gone at the check or was abandoned when the
     # handler noticed the loss; in neither case may its rows have become visible.
     assert sink.outcomes[0] in {"ownership lost", "cancelled"}
-    stale = world.landed()
+    stale = await world.landed()
     assert stale == [], f"the stalled write made {len(stale)} rows visible"
     rows = await world.until_landed(ids, within=ACK_WAIT * 2 + 15)
     _once(rows, ids)

@@ -1,23 +1,27 @@
 """Generated landing data with planted gaps, duplicates, a refused range and known latencies.
 
-Written by the real ``ParquetSink`` (so the layout and schema are the handler's), plus a
-gateway ledger in the format ``adapters.spark`` documents. Every expected count in the tests
-is derived by hand in ``PLANTED`` below, not recomputed by the code under test.
+Written by the real ``ParquetSink`` (so the layout and schema are the handler's) and
+committed through ``LandingTable`` (so readers read a real table: only the files its log
+names), plus a gateway ledger in the format ``adapters.spark`` documents. Every expected
+count in the tests is derived by hand in ``PLANTED`` below, not recomputed by the code under
+test.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 
-from adapters.parquet import ParquetSettings, ParquetSink
+from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from core.messages import Envelope, LandedRow, MessageKind
 from core.partitioning import partition_for
+from core.table import LandedFile
+from services.common.table import LandingTable, read_table
 
 __all__ = [
     "BASE",
@@ -26,12 +30,17 @@ __all__ = [
     "LedgerRange",
     "Planted",
     "build_planted",
+    "commit",
+    "committed",
     "gateways_projects",
     "land",
     "latency_ms_of",
+    "orphan_rows",
     "owner",
+    "series",
     "skewed_rows",
     "write_ledger",
+    "write_uncommitted",
 ]
 
 BASE = datetime(2026, 11, 21, 12, 0, tzinfo=UTC).timestamp()
@@ -143,16 +152,81 @@ def build_planted() -> Planted:
     return Planted(rows, ledger)
 
 
-def land(data_dir: Path, rows: Sequence[LandedRow], batch: int = 2000) -> None:
-    """Write ``rows`` with the real sink, ``batch`` rows per call (several files per folder)."""
+def land(data_dir: Path, rows: Sequence[LandedRow], batch: int = 2000) -> list[LandedFile]:
+    """Write ``rows`` with the real sink, ``batch`` rows per call (several files per folder),
+    and commit each call's files, as a handler does; returns the files."""
     sink = ParquetSink(ParquetSettings(data_dir=data_dir))
 
-    async def write_all() -> None:
+    async def write_all() -> list[LandedFile]:
+        written: list[LandedFile] = []
+        async with sink, LocalLandingLog(data_dir) as landing_log:
+            table = LandingTable(landing_log, "tests")
+            await table.refresh()
+            for start in range(0, len(rows), batch):
+                files = await sink.write(rows[start : start + batch])
+                assert await table.commit(added=files)
+                written.extend(files)
+        return written
+
+    return anyio.run(write_all)
+
+
+def write_uncommitted(
+    data_dir: Path, rows: Sequence[LandedRow], batch: int = 2000
+) -> list[LandedFile]:
+    """Write ``rows`` with the real sink and commit nothing: what a writer that crashed
+    before its commit leaves (files no reader may see)."""
+    sink = ParquetSink(ParquetSettings(data_dir=data_dir))
+
+    async def write_all() -> list[LandedFile]:
+        written: list[LandedFile] = []
         async with sink:
             for start in range(0, len(rows), batch):
-                await sink.write(rows[start : start + batch])
+                written.extend(await sink.write(rows[start : start + batch]))
+        return written
 
-    anyio.run(write_all)
+    return anyio.run(write_all)
+
+
+def commit(data_dir: Path, files: Sequence[LandedFile]) -> None:
+    """One commit adding ``files`` (already written) to the table at ``data_dir``."""
+
+    async def add() -> None:
+        async with LocalLandingLog(data_dir) as landing_log:
+            table = LandingTable(landing_log, "tests")
+            await table.refresh()
+            assert await table.commit(added=files)
+
+    anyio.run(add)
+
+
+def committed(data_dir: Path) -> list[Path]:
+    """The table's files (absolute paths): what every reader reads."""
+    return [data_dir.resolve() / path for path in sorted(read_table(data_dir).files)]
+
+
+def orphan_rows(planted: Planted) -> list[LandedRow]:
+    """A crashed writer's rows: gw-a/proj-3 1..50 again (50 duplicates, were they read) and
+    gw-a/proj-1 500, planted as lost (it would hide that loss)."""
+    series = [r for r in planted.rows if r.envelope.project_id in {"proj-1", "proj-3"}]
+    again = [
+        r
+        for r in series
+        if (r.envelope.gateway_id, r.envelope.project_id) == ("gw-a", "proj-3")
+        and 1 <= r.envelope.sequence <= 50
+    ]
+    before = next(
+        r
+        for r in series
+        if (r.envelope.gateway_id, r.envelope.project_id, r.envelope.sequence)
+        == ("gw-a", "proj-1", 499)
+    )
+    lost = replace(
+        before,
+        envelope=replace(before.envelope, message_id="gw-a-proj-1-500", sequence=500),
+        handler_id="h9",
+    )
+    return [*again, lost]
 
 
 def write_ledger(ledger_dir: Path, ranges: Iterable[LedgerRange]) -> None:
@@ -201,4 +275,25 @@ def skewed_rows(partitions: int, loads: Sequence[int]) -> list[LandedRow]:
                 payload=b"{}",
             )
             rows.append(LandedRow(envelope, 1, "h1", received + 0.01))
+    return rows
+
+
+def series(gateway: str, project: str, start: float, count: int) -> list[LandedRow]:
+    """One series' announcement and sequences 1..``count``, received 10 ms apart from
+    ``start`` (seconds since the epoch), each landed 20 ms after it arrived."""
+    partition = partition_for(project, PARTITIONS)
+    rows = []
+    for sequence in range(count + 1):
+        received = start + sequence * 0.01
+        envelope = Envelope(
+            message_id=f"{gateway}-{project}-{sequence}",
+            project_id=project,
+            partition=partition,
+            gateway_id=gateway,
+            sequence=sequence,
+            received_at=received,
+            payload=b'{"v":%d}' % sequence,
+            kind=MessageKind.ANNOUNCE if sequence == 0 else MessageKind.DATA,
+        )
+        rows.append(LandedRow(envelope, 1, "h1", received + 0.02))
     return rows

@@ -1,7 +1,8 @@
 """One Spark session for the whole run, and the generated landing directories.
 
 The session starts once (about 5-10 s) and stops when the run ends; every test, the CLI's
-included (it runs in-process through typer's CliRunner), shares it.
+included (it runs in-process through typer's CliRunner), shares it. Each directory is a
+landing table: what the sink wrote, committed through ``LandingTable``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from tests.spark._landing import (
     Planted,
     build_planted,
     land,
+    orphan_rows,
     skewed_rows,
     write_ledger,
+    write_uncommitted,
 )
 
 SKEWED_PARTITIONS = 16
@@ -39,12 +42,15 @@ def planted() -> Planted:
 
 @pytest.fixture(scope="session")
 def planted_dir(tmp_path_factory: pytest.TempPathFactory, planted: Planted) -> Path:
-    """The planted rows, a ledger in ``_ledger``, and a torn temporary file to be skipped."""
+    """The planted rows, a ledger in ``_ledger``, and what readers must not see: a torn
+    temporary file, and a complete Parquet file no commit names (``orphan_rows``: copies of
+    landed rows, and a sequence planted as lost)."""
     data_dir = tmp_path_factory.mktemp("planted")
     land(data_dir, planted.rows)
     write_ledger(data_dir / "_ledger", planted.ledger)
     some_folder = next(data_dir.glob("date=*"))
     (some_folder / ".h9-0123456789abcdef.tmp").write_bytes(b"PAR1 torn write, not parquet")
+    write_uncommitted(data_dir, orphan_rows(planted))
     return data_dir
 
 
