@@ -193,8 +193,8 @@ def up(
 def bench(ctx: typer.Context) -> None:
     """The pipeline benchmark (the same as `tox -e bench`): shoal end to end against plain
     nats-py and aiokafka, durable and relaxed, on servers it starts; prints one table.
-    Options go to it: --messages N, --transports nats,kafka, --modes durable,relaxed,
-    --no-rebalance, --json FILE."""
+    Options go to it: --messages N, --quick, --transports nats,kafka,
+    --modes durable,relaxed, --no-rebalance, --keep, --json FILE."""
     import subprocess  # noqa: PLC0415 (see _lazy)
     import sys  # noqa: PLC0415
 
