@@ -57,3 +57,9 @@ def redis_server(server_mode: str) -> Iterator[ServerInfo]:
 def kafka_server(server_mode: str) -> Iterator[ServerInfo]:
     """A Kafka broker (KRaft); ``.endpoint`` (== ``.url``) is its bootstrap "host:port"."""
     yield from _serve("kafka", server_mode)
+
+
+@pytest.fixture(scope="session")
+def minio_server(server_mode: str) -> Iterator[ServerInfo]:
+    """An S3-compatible server (MinIO); ``.url`` is its endpoint, ``.credentials`` the keys."""
+    yield from _serve("minio", server_mode)

@@ -3,7 +3,14 @@ schema: ``LANDED_SCHEMA``'s module) and the LandingLog port (``_log``)."""
 
 from adapters.parquet._log import LOG_DIR, LocalLandingLog
 from adapters.parquet._schema import LANDED_SCHEMA
-from adapters.parquet._sink import ParquetSettings, ParquetSink, to_table
+from adapters.parquet._sink import (
+    ParquetSettings,
+    ParquetSink,
+    layout,
+    sorted_table,
+    to_table,
+    write_parquet,
+)
 
 __all__ = [
     "LANDED_SCHEMA",
@@ -11,5 +18,8 @@ __all__ = [
     "LocalLandingLog",
     "ParquetSettings",
     "ParquetSink",
+    "layout",
+    "sorted_table",
     "to_table",
+    "write_parquet",
 ]

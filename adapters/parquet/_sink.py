@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio.from_thread
 import anyio.to_thread
@@ -25,7 +25,7 @@ from core.errors import OwnershipLostError
 from core.messages import LandedRow
 from core.table import LandedFile
 
-__all__ = ["ParquetSettings", "ParquetSink"]
+__all__ = ["ParquetSettings", "ParquetSink", "layout", "sorted_table", "to_table", "write_parquet"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -91,19 +91,13 @@ class ParquetSink(Stateless):
     def _write_sync(
         self, rows: list[LandedRow], valid: Callable[[], bool]
     ) -> list[tuple[Path, int]]:
-        by_day: dict[str, list[LandedRow]] = defaultdict(list)
-        for row in rows:
-            by_day[_day(row.envelope.received_at)].append(row)
-        handler = _UNSAFE.sub("_", rows[0].handler_id) or "handler"
         staged: list[tuple[Path, Path, int]] = []
         try:
-            for day, group in sorted(by_day.items()):
-                folder = self.settings.data_dir / f"date={day}"
-                self._make_dirs(folder)
-                stem = f"{handler}-{uuid.uuid4().hex}"
-                staged.append(
-                    (self._stage(folder, stem, group), folder / f"{stem}.parquet", len(group))
-                )
+            for relative, group in layout(rows):
+                final = self.settings.data_dir / relative
+                self._make_dirs(final.parent)
+                stem = final.name.removesuffix(".parquet")
+                staged.append((self._stage(final.parent, stem, group), final, len(group)))
             if not valid():
                 raise OwnershipLostError(
                     f"{len(rows)} rows not made visible: the writer no longer owns them"
@@ -121,22 +115,13 @@ class ParquetSink(Stateless):
 
     def _stage(self, folder: Path, stem: str, rows: list[LandedRow]) -> Path:
         """Write and fsync ``rows`` under a hidden name; the caller renames or removes it."""
-        table = to_table(rows).sort_by(
-            [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
-        )
-        return self._stage_table(folder, stem, table)
+        return self._stage_table(folder, stem, sorted_table(rows))
 
     def _stage_table(self, folder: Path, stem: str, table: pa.Table) -> Path:
         temp = folder / f".{stem}.tmp"  # never *.parquet; readers skip names starting "."
-        compression = self.settings.compression
         try:
             with temp.open("wb") as f:
-                pq.write_table(
-                    table,
-                    f,
-                    compression=None if compression == "none" else compression,
-                    row_group_size=self.settings.row_group_rows,
-                )
+                write_parquet(table, f, self.settings)
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:
@@ -194,6 +179,38 @@ class ParquetSink(Stateless):
 
 def _day(received_at: float) -> str:
     return datetime.fromtimestamp(received_at, UTC).date().isoformat()
+
+
+def layout(rows: Sequence[LandedRow]) -> list[tuple[str, list[LandedRow]]]:
+    """The files a batch lands as, by UTC date of ``received_at``: ``(path, rows)`` with
+    ``path`` = ``date=YYYY-MM-DD/{handler}-{uuid}.parquet`` relative to the zone's root
+    (every sink writes this layout)."""
+    by_day: dict[str, list[LandedRow]] = defaultdict(list)
+    for row in rows:
+        by_day[_day(row.envelope.received_at)].append(row)
+    handler = _UNSAFE.sub("_", rows[0].handler_id) or "handler" if rows else "handler"
+    return [
+        (f"date={day}/{handler}-{uuid.uuid4().hex}.parquet", group)
+        for day, group in sorted(by_day.items())
+    ]
+
+
+def sorted_table(rows: Sequence[LandedRow]) -> pa.Table:
+    """``rows`` as one file holds them: sorted by partition, project and sequence."""
+    return to_table(rows).sort_by(
+        [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
+    )
+
+
+def write_parquet(table: pa.Table, where: Any, settings: ParquetSettings) -> None:
+    """Write ``table`` to ``where`` (a file object or a pyarrow stream) as configured."""
+    compression = settings.compression
+    pq.write_table(
+        table,
+        where,
+        compression=None if compression == "none" else compression,
+        row_group_size=settings.row_group_rows,
+    )
 
 
 def to_table(rows: Sequence[LandedRow]) -> pa.Table:

@@ -105,6 +105,7 @@ from adapters.spark._model import (
 
 if TYPE_CHECKING:
     from adapters.spark._analytics import JobProgress, SparkAnalytics
+    from adapters.spark._s3a import S3aSettings, s3a_conf
     from adapters.spark._session import start_spark, stop_spark
     from adapters.spark._settings import SparkSettings
 
@@ -117,6 +118,7 @@ __all__ = [
     "LostRange",
     "NoDataError",
     "PartitionWeights",
+    "S3aSettings",
     "SeriesAudit",
     "SparkAnalytics",
     "SparkJobError",
@@ -129,12 +131,15 @@ __all__ = [
     "per_million",
     "read_weights_file",
     "render_report_html",
+    "s3a_conf",
     "start_spark",
     "stop_spark",
 ]
 
 _LAZY = {
     "SparkSettings": "adapters.spark._settings",
+    "S3aSettings": "adapters.spark._s3a",
+    "s3a_conf": "adapters.spark._s3a",
     "JobProgress": "adapters.spark._analytics",
     "SparkAnalytics": "adapters.spark._analytics",
     "start_spark": "adapters.spark._session",

@@ -34,8 +34,17 @@ from adapters.spark._model import (
     PartitionWeights,
     SeriesAudit,
 )
+from adapters.spark._s3a import s3a_url
 from adapters.spark._session import RunningSpark, start_spark
 from adapters.spark._settings import SparkSettings
+
+Zone = str | Path
+"""A landing zone: a directory, or ``s3://bucket/prefix``."""
+
+
+def is_s3(zone: Zone) -> bool:
+    return str(zone).startswith(("s3://", "s3a://"))
+
 
 __all__ = ["JobProgress", "SparkAnalytics"]
 
@@ -150,8 +159,8 @@ class SparkAnalytics:
 
     def audit(
         self,
-        data_dir: Path,
-        files: Sequence[Path],
+        data_dir: Zone,
+        files: Sequence[Zone],
         *,
         as_of: datetime | None = None,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
@@ -182,8 +191,8 @@ class SparkAnalytics:
 
     def _audit(
         self,
-        data_dir: Path,
-        files: Sequence[Path],
+        data_dir: Zone,
+        files: Sequence[Zone],
         *,
         as_of: datetime | None,
         settle_seconds: float,
@@ -405,8 +414,8 @@ class SparkAnalytics:
 
     def report(
         self,
-        data_dir: Path,
-        files: Sequence[Path],
+        data_dir: Zone,
+        files: Sequence[Zone],
         *,
         partitions: int,
         bucket_seconds: int | None = None,
@@ -431,8 +440,8 @@ class SparkAnalytics:
 
     def _report(
         self,
-        data_dir: Path,
-        files: Sequence[Path],
+        data_dir: Zone,
+        files: Sequence[Zone],
         *,
         partitions: int,
         bucket_seconds: int | None,
@@ -721,8 +730,8 @@ class SparkAnalytics:
 
     def weights(
         self,
-        data_dir: Path,
-        files: Sequence[Path],
+        data_dir: Zone,
+        files: Sequence[Zone],
         *,
         partitions: int,
         metric: Literal["rows", "bytes"] = "rows",
@@ -768,7 +777,7 @@ class SparkAnalytics:
             weights=weights,
             loads=loads,
             measured_from={
-                "data_dir": str(data_dir.resolve()),
+                "data_dir": str(data_dir) if is_s3(data_dir) else str(Path(data_dir).resolve()),
                 "since": _iso(since),
                 "first_received_at": _iso(_at(min(int(r["first"]) for r in measured))),
                 "last_received_at": _iso(_at(max(int(r["last"]) for r in measured))),
@@ -780,20 +789,23 @@ class SparkAnalytics:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _landed(self, data_dir: Path, files: Sequence[Path]) -> DataFrame:
-        """The rows of ``files`` (each absolute, or relative to ``data_dir``): the files the
+    def _landed(self, data_dir: Zone, files: Sequence[Zone]) -> DataFrame:
+        """The rows of ``files`` (each relative to ``data_dir``, or absolute): the files the
         landing table's log names, listed by the caller. Never a glob of ``data_dir``, which
         also holds files no commit names (a crashed writer's) or no longer names (compacted
-        away). ``date`` comes from each file's path (``data_dir`` is the partition base)."""
-        if not data_dir.is_dir():
-            raise LandingDirError(f"landing directory {data_dir} does not exist")
-        root = data_dir.resolve()
+        away). ``date`` comes from each file's path (``data_dir`` is the partition base).
+        ``data_dir`` may be ``s3://bucket/prefix`` (read through ``s3a``: ``s3a_conf``)."""
+        if is_s3(data_dir):
+            root = s3a_url(str(data_dir)).rstrip("/")
+            paths = [s3a_url(str(f)) if is_s3(f) else f"{root}/{f}" for f in files]
+        else:
+            local = Path(data_dir)
+            if not local.is_dir():
+                raise LandingDirError(f"landing directory {data_dir} does not exist")
+            root = str(local.resolve())
+            paths = [str(Path(root) / f) for f in files]
         self._step(f"reading {len(files):,} landed file{'s' if len(files) != 1 else ''}")
-        return (
-            self.spark.read.schema(LANDED_READ_SCHEMA)
-            .option("basePath", str(root))
-            .parquet(*(str(root / path) for path in files))
-        )
+        return self.spark.read.schema(LANDED_READ_SCHEMA).option("basePath", root).parquet(*paths)
 
     def _ledger(self, ledger_dir: Path) -> DataFrame:
         if not ledger_dir.is_dir():

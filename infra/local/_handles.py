@@ -135,6 +135,32 @@ class RunningRedis(RunningServer):
         return tcp_greeting(self.port, b"PING\r\n", b"+PONG")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunningMinio(RunningServer):
+    """MinIO: ``url`` is the S3 endpoint; ``access_key`` / ``secret_key`` its root user."""
+
+    kind: ClassVar[str] = "minio"
+    access_key: str
+    secret_key: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def ready(self) -> bool:
+        answer = http_get(f"{self.url}/minio/health/live")
+        return answer is not None and answer[0] == 200
+
+    def s3_env(self) -> dict[str, str]:
+        """The SHOAL_S3_* settings that point shoal at this server."""
+        return {
+            "SHOAL_S3_ENDPOINT_URL": self.url,
+            "SHOAL_S3_REGION": "us-east-1",
+            "SHOAL_S3_ACCESS_KEY_ID": self.access_key,
+            "SHOAL_S3_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+
 S = TypeVar("S", bound=RunningServer)
 
 

@@ -18,10 +18,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from infra.local.servers import RunningServer, start_etcd, start_kafka, start_nats, start_redis
+from infra.local.servers import (
+    RunningMinio,
+    RunningServer,
+    start_etcd,
+    start_kafka,
+    start_minio,
+    start_nats,
+    start_redis,
+)
 
 MODES = ("local", "docker", "external")
-KINDS = ("nats", "etcd", "redis", "kafka")
+KINDS = ("nats", "etcd", "redis", "kafka", "minio")
 DOCKER_CHECK_TIMEOUT = 3.0
 
 
@@ -37,6 +45,7 @@ class ServerInfo:
     # | h:p[,h:p] for kafka (its bootstrap servers: Kafka has no URL scheme)
     endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
     process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
+    credentials: tuple[str, str] | None = None  # minio: (access key id, secret access key)
 
     @property
     def endpoints(self) -> list[str]:
@@ -114,10 +123,14 @@ def _local(kind: str) -> Iterator[ServerInfo]:
         "etcd": start_etcd,
         "redis": start_redis,
         "kafka": start_kafka,
+        "minio": start_minio,
     }
     server: RunningServer = starters[kind]()
+    credentials = (
+        (server.access_key, server.secret_key) if isinstance(server, RunningMinio) else None
+    )
     try:
-        yield ServerInfo(kind, "local", server.url, server.endpoint, server)
+        yield ServerInfo(kind, "local", server.url, server.endpoint, server, credentials)
     finally:
         server.stop()
 
@@ -127,6 +140,7 @@ _EXTERNAL_VARS = {
     "etcd": "SHOAL_TEST_ETCD_ENDPOINT",
     "redis": "SHOAL_TEST_REDIS_URL",
     "kafka": "SHOAL_TEST_KAFKA_BOOTSTRAP",
+    "minio": "SHOAL_TEST_S3_ENDPOINT",  # credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 }
 
 
@@ -136,6 +150,10 @@ def _external(kind: str, env: Mapping[str, str]) -> ServerInfo:
     if not value:
         raise ServerUnavailable(f"SHOAL_TEST_SERVERS=external but {var} is not set")
     parts = [p.strip() for p in value.split(",") if p.strip()]
+    if kind == "minio":  # an S3-compatible endpoint URL
+        key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+        credentials = (key, secret) if key and secret else None
+        return ServerInfo(kind, "external", value, urlsplit(value).netloc, None, credentials)
     if kind == "kafka":  # "host:port[,host:port]" (a scheme prefix is tolerated)
         endpoints = [urlsplit(p).netloc if "://" in p else p for p in parts]
         return ServerInfo(kind, "external", ",".join(endpoints), ",".join(endpoints))
@@ -176,6 +194,8 @@ def _docker(kind: str) -> Iterator[ServerInfo]:  # pragma: no cover - needs a Do
         with _docker_kafka() as info:
             yield info
         return
+    if kind == "minio":
+        raise ServerUnavailable("SHOAL_TEST_SERVERS=docker: no MinIO container yet; use local")
     try:
         from testcontainers.core.container import (  # type: ignore[import-not-found]  # noqa: PLC0415
             DockerContainer,

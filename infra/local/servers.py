@@ -16,6 +16,7 @@ Kafka (start_kafka, start_kafka_cluster): Maven Central jars on Java >= 17, see 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import uuid
@@ -28,6 +29,7 @@ from infra.local._handles import (
     EtcdCluster,
     NatsCluster,
     RunningEtcd,
+    RunningMinio,
     RunningNats,
     RunningRedis,
     RunningServer,
@@ -50,6 +52,7 @@ __all__ = [
     "NatsCluster",
     "RunningEtcd",
     "RunningKafka",
+    "RunningMinio",
     "RunningNats",
     "RunningRedis",
     "RunningServer",
@@ -58,6 +61,7 @@ __all__ = [
     "Stoppable",
     "etcd_binary",
     "free_port",
+    "minio_binary",
     "nats_binary",
     "pid_alive",
     "redis_binary",
@@ -65,6 +69,7 @@ __all__ = [
     "start_etcd_cluster",
     "start_kafka",
     "start_kafka_cluster",
+    "start_minio",
     "start_nats",
     "start_nats_cluster",
     "start_redis",
@@ -96,6 +101,68 @@ def redis_binary() -> Path:
         acceptable=lambda v: v >= (7, 0, 0),
         requirement=">= 7.0",
     )
+
+
+def minio_binary() -> Path:
+    """$SHOAL_MINIO_BINARY, ``minio`` on PATH, or the one ``install.sh minio`` built into
+    ``$SHOAL_CACHE/bin`` (MinIO built from source reports no release version to check)."""
+    cache = Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache" / "shoal")
+    candidates = [os.environ.get("SHOAL_MINIO_BINARY"), shutil.which("minio"), cache / "bin/minio"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    raise FileNotFoundError(
+        "minio not found: run `bash infra/local/install.sh minio` (builds it with Go) or set "
+        "SHOAL_MINIO_BINARY"
+    )
+
+
+def start_minio(
+    data_dir: Path | None = None,
+    *,
+    keep: bool = False,
+    name: str = "shoal-minio",
+    timeout: float = 60.0,
+) -> RunningMinio:
+    """MinIO on loopback (a single drive in ``data_dir``), root user random; ready when
+    ``/minio/health/live`` answers 200. Create buckets through the S3 API."""
+    binary = minio_binary()
+    root, keep = own_dir(data_dir, "shoal-minio-", keep)
+    access_key, secret_key = "shoal-" + uuid.uuid4().hex[:8], uuid.uuid4().hex
+
+    def build() -> list[RunningMinio]:
+        port, console = free_port(), free_port()
+        argv = [
+            str(binary),
+            "server",
+            str(root / "drive"),
+            "--address",
+            f"{HOST}:{port}",
+            "--console-address",
+            f"{HOST}:{console}",
+            "--quiet",
+        ]
+        env = {
+            **clean_env("MINIO_"),
+            "MINIO_ROOT_USER": access_key,
+            "MINIO_ROOT_PASSWORD": secret_key,
+            "MINIO_BROWSER": "off",
+            "MINIO_UPDATE": "off",
+        }
+        proc = ManagedProcess(argv, log_path=root / "minio.log", cwd=root, env=env)
+        return [
+            RunningMinio(
+                name=name,
+                data_dir=root,
+                keep=keep,
+                _proc=proc,
+                port=port,
+                access_key=access_key,
+                secret_key=secret_key,
+            )
+        ]
+
+    return launch(build, root, keep, timeout)[0]
 
 
 def _nats_conf(

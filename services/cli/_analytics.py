@@ -31,6 +31,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from adapters.parquet import LOG_DIR
+from adapters.s3 import S3Location, S3Settings
 from adapters.spark import (
     DEFAULT_SETTLE_SECONDS,
     AnalyticsError,
@@ -51,6 +52,7 @@ from services.cli._compact import (
     Compaction,
     compact,
 )
+from services.common.landing_zone import is_object_store
 from services.common.table import read_table
 
 if TYPE_CHECKING:
@@ -78,9 +80,11 @@ analytics_app = typer.Typer(
 )
 
 DataDir = Annotated[
-    Path,
+    str,
     typer.Argument(
-        help="the landing directory: a table, date=YYYY-MM-DD/*.parquet named by _shoal/log"
+        help="the landing zone: a directory or s3://bucket/prefix; a table, "
+        "date=YYYY-MM-DD/*.parquet named by _shoal/log",
+        show_default=False,
     ),
 ]
 Master = Annotated[
@@ -118,31 +122,46 @@ def parse_time(text: str) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _table(data_dir: Path) -> TableState:
-    """The landing table at ``data_dir`` as its log says; exit 2 when the directory is
+def _zone(text: str) -> str | Path:
+    """The landing zone as given: ``s3://bucket/prefix`` (checked) or a directory."""
+    if is_object_store(text):
+        try:
+            S3Location.parse(text)
+        except ValueError as exc:
+            _fail(str(exc), EXIT_USAGE)
+        return text
+    return Path(text)
+
+
+def _table(zone: str | Path) -> TableState:
+    """The landing table at ``zone`` as its log says; exit 2 when the directory is
     missing, holds Parquet files but no log (nothing says which of them are data), or its
     log cannot be read. A directory with neither is an empty table."""
-    if not data_dir.exists():
-        _fail(f"landing directory {data_dir} does not exist", EXIT_USAGE)
-    if not data_dir.is_dir():
-        _fail(f"landing directory {data_dir} is not a directory", EXIT_USAGE)
-    if not (data_dir / LOG_DIR).is_dir() and _has_parquet(data_dir):
-        _fail(
-            f"{data_dir} holds Parquet files but no commit log ({LOG_DIR}): only files a "
-            f"landing table's log names are data, so it cannot be read as one",
-            EXIT_USAGE,
-        )
+    if isinstance(zone, Path):
+        if not zone.exists():
+            _fail(f"landing directory {zone} does not exist", EXIT_USAGE)
+        if not zone.is_dir():
+            _fail(f"landing directory {zone} is not a directory", EXIT_USAGE)
+        if not (zone / LOG_DIR).is_dir() and _has_parquet(zone):
+            _fail(
+                f"{zone} holds Parquet files but no commit log ({LOG_DIR}): only files a "
+                f"landing table's log names are data, so it cannot be read as one",
+                EXIT_USAGE,
+            )
     try:
-        return read_table(data_dir)
+        return read_table(zone)
     except (OSError, ValueError, CommitRefusedError) as exc:
-        _fail(f"cannot read the landing table's log {data_dir / LOG_DIR}: {exc}", EXIT_USAGE)
+        _fail(f"cannot read the landing table's log under {zone}: {exc}", EXIT_USAGE)
 
 
-def committed_files(data_dir: Path) -> list[Path]:
-    """The files of the landing table at ``data_dir`` (absolute paths, sorted), as its log
-    names them; exits like ``_table``."""
-    root = data_dir.resolve()
-    return [root / path for path in sorted(_table(data_dir).files)]
+def committed_files(zone: str | Path) -> list[str]:
+    """The files of the landing table at ``zone`` (absolute paths or ``s3://`` URLs,
+    sorted), as its log names them; exits like ``_table``."""
+    names = sorted(_table(zone).files)
+    if isinstance(zone, Path):
+        root = zone.resolve()
+        return [str(root / name) for name in names]
+    return [f"{zone.rstrip('/')}/{name}" for name in names]
 
 
 def _has_parquet(data_dir: Path) -> bool:
@@ -152,11 +171,31 @@ def _has_parquet(data_dir: Path) -> bool:
     )
 
 
-def _settings(master: str | None) -> SparkSettings:
+def _settings(master: str | None, zone: str | Path) -> SparkSettings:
     from adapters.spark import SparkSettings  # noqa: PLC0415 (pydantic only when run)
 
     settings = SparkSettings()
-    return settings if master is None else settings.model_copy(update={"master": master})
+    if master is not None:
+        settings = settings.model_copy(update={"master": master})
+    if is_object_store(zone):
+        from adapters.spark import S3aSettings, s3a_conf  # noqa: PLC0415 (pyspark)
+
+        s3 = S3Settings()
+        secret = s3.secret_access_key
+        try:
+            conf = s3a_conf(
+                S3aSettings(
+                    endpoint_url=s3.endpoint_url,
+                    region=s3.region,
+                    access_key_id=s3.access_key_id,
+                    secret_access_key=secret.get_secret_value() if secret else None,
+                    path_style=s3.addressing_style != "virtual",
+                )
+            )
+        except OSError as exc:
+            _fail(f"cannot fetch Hadoop's s3a connector for {zone}: {exc}", EXIT_SPARK)
+        settings = settings.model_copy(update={"extra_conf": {**conf, **settings.extra_conf}})
+    return settings
 
 
 class _Progress:
@@ -211,7 +250,7 @@ class _Progress:
 
 
 @contextmanager
-def _analytics(master: str | None, quiet: bool) -> Iterator[SparkAnalytics]:
+def _analytics(master: str | None, quiet: bool, zone: str | Path) -> Iterator[SparkAnalytics]:
     """A started ``SparkAnalytics`` with progress; maps failures to exit codes."""
     try:
         from adapters.spark import SparkAnalytics  # noqa: PLC0415 (pyspark only when run)
@@ -221,7 +260,7 @@ def _analytics(master: str | None, quiet: bool) -> Iterator[SparkAnalytics]:
     try:
         with (
             progress.running(),
-            SparkAnalytics(_settings(master), on_step=progress.step) as analytics,
+            SparkAnalytics(_settings(master, zone), on_step=progress.step) as analytics,
         ):
             progress.watch(analytics)
             started = time.perf_counter()
@@ -282,13 +321,19 @@ def audit(
     if drain_marker and as_of is not None:
         _fail("--drain-marker and --as-of exclude each other", EXIT_USAGE)
     moment = parse_time(as_of) if as_of is not None else None
-    files = committed_files(data_dir)
+    zone = _zone(data_dir)
+    files = committed_files(zone)
     ledger_dir = None if no_ledger else ledger
-    if ledger_dir is None and not no_ledger and (data_dir / "_ledger").is_dir():
-        ledger_dir = data_dir / "_ledger"
-    with _analytics(master, quiet or as_json) as analytics:
+    if (
+        ledger_dir is None
+        and not no_ledger
+        and isinstance(zone, Path)
+        and (zone / "_ledger").is_dir()
+    ):
+        ledger_dir = zone / "_ledger"
+    with _analytics(master, quiet or as_json, zone) as analytics:
         result = analytics.audit(
-            data_dir,
+            zone,
             files,
             as_of=moment,
             settle_seconds=settle,
@@ -407,10 +452,11 @@ def report(
     quiet: Quiet = False,
 ) -> None:
     """Volume, skew, handler load over time, latency, rebalances: report.json + report.html."""
-    files = committed_files(data_dir)
-    with _analytics(master, quiet) as analytics:
+    zone = _zone(data_dir)
+    files = committed_files(zone)
+    with _analytics(master, quiet, zone) as analytics:
         document = analytics.report(
-            data_dir,
+            zone,
             files,
             partitions=partitions,
             bucket_seconds=bucket,
@@ -476,10 +522,11 @@ def weights(
         _fail(f"--metric must be rows or bytes, not {metric!r}", EXIT_USAGE)
     chosen: Literal["rows", "bytes"] = "rows" if metric == "rows" else "bytes"
     start = parse_time(since) if since is not None else None
-    files = committed_files(data_dir)
-    with _analytics(master, quiet) as analytics:
+    zone = _zone(data_dir)
+    files = committed_files(zone)
+    with _analytics(master, quiet, zone) as analytics:
         measured = analytics.weights(
-            data_dir, files, partitions=partitions, metric=chosen, floor=floor, since=start
+            zone, files, partitions=partitions, metric=chosen, floor=floor, since=start
         )
     try:
         measured.write(out)
@@ -551,7 +598,12 @@ def compact_command(
     """Merge the small files of closed days (before today, UTC) into files of up to
     --target-rows rows, one atomic swap per day; then delete files the table does not name
     once older than --retention. Exit 1 when a day's rows do not add up (nothing swapped)."""
-    _table(data_dir)  # exits on a missing directory or log
+    zone = _zone(data_dir)
+    if not isinstance(zone, Path):
+        _fail(
+            "compact works on a directory; an s3:// landing zone is not supported yet", EXIT_USAGE
+        )
+    _table(zone)  # exits on a missing directory or log
     progress = Console(stderr=True, highlight=False, soft_wrap=True, quiet=quiet or as_json)
 
     def step(description: str) -> None:
@@ -561,7 +613,7 @@ def compact_command(
         result = anyio.run(
             partial(
                 compact,
-                data_dir,
+                zone,
                 today=datetime.now(UTC).date(),
                 include_today=include_today,
                 target_rows=target_rows,

@@ -75,7 +75,11 @@ class HandlerSettings(BaseSettings):
     id: str = Field(default_factory=lambda: default_instance_id("h"))
     lease_ttl: float = Field(default=10.0, gt=0)
     stats_interval: float = Field(default=5.0, gt=0)
-    data_dir: Path = Path("var/data")
+    data_dir: str = Field(
+        default="var/data",
+        min_length=1,
+        description="the landing zone: a directory, or s3://bucket/prefix (SHOAL_S3_* / AWS_*)",
+    )
     fetch_batch: int = Field(default=500, ge=1, le=10_000)
     fetch_timeout: float = Field(default=0.5, gt=0)
     drain_timeout: float = Field(default=8.0, gt=0)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import anyio
 
-from adapters.parquet import LocalLandingLog
 from core.errors import CommitRefusedError
 from core.ports import LandingLog
 from core.table import Commit, LandedFile, LogKey, TableState, checkpoint_due
+from services.common.landing_zone import landing_log_at
 from services.common.logs import fields
 
 __all__ = ["LandingTable", "committed_state", "read_table"]
@@ -114,19 +114,19 @@ class LandingTable:
 # --- reading the table ------------------------------------------------------------------
 
 
-async def committed_state(root: Path) -> TableState:
-    """The landing zone's table at ``root`` as its log (``root/_shoal/log``) says now: an
-    empty table (version 0) when nothing was committed, or there is no log.
+async def committed_state(root: Path | str) -> TableState:
+    """The landing zone's table at ``root`` (a directory or ``s3://bucket/prefix``) as its
+    log (``root/_shoal/log``) says now: an empty table (version 0) when nothing was
+    committed, or there is no log.
 
     Its ``files`` are the data: read ``root / path`` for each ``path`` in it, never a glob of
     the folder, which also holds files no commit names (a crashed writer's, a racing
     compactor's) and files compacted away, kept for a while for readers still on them.
     """
-    async with LocalLandingLog(root) as landing_log:
-        return await LandingTable(landing_log, writer="reader").refresh()
+    return await LandingTable(landing_log_at(root), writer="reader").refresh()
 
 
-def read_table(root: Path) -> TableState:
+def read_table(root: Path | str) -> TableState:
     """``committed_state`` for synchronous code. It runs an event loop of its own, so call it
     where none runs (from async code: ``await committed_state(root)``, or this function
     through ``anyio.to_thread.run_sync``). Raises ``OSError`` when the log is unreadable,

@@ -9,8 +9,9 @@ import anyio
 from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry, start_http_server
 
-from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
+from adapters.parquet import ParquetSettings
 from services.common.backends import Backends
+from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
 from services.common.settings import HandlerSettings, ShoalSettings
@@ -27,10 +28,7 @@ class HandlerContainer(containers.DeclarativeContainer):
     backends = providers.Container(Backends, config=config)
     registry = providers.Singleton(CollectorRegistry)
     metrics = providers.Singleton(HandlerMetrics, registry)
-    sink = providers.Factory(
-        ParquetSink, providers.Factory(ParquetSettings, data_dir=handler.provided.data_dir)
-    )
-    landing_log = providers.Factory(LocalLandingLog, handler.provided.data_dir)
+    parquet = providers.Singleton(ParquetSettings)
 
 
 async def serve(container: HandlerContainer) -> None:
@@ -44,18 +42,19 @@ async def serve(container: HandlerContainer) -> None:
         membership = await stack.enter_async_context(container.backends.membership())
         store = await stack.enter_async_context(container.backends.assignment_store())
         transport = await stack.enter_async_context(container.backends.transport())
-        sink = await stack.enter_async_context(container.sink())
-        landing_log = await stack.enter_async_context(container.landing_log())
+        zone = await stack.enter_async_context(
+            open_landing_zone(settings.data_dir, parquet=container.parquet())
+        )
         handler = Handler(
             settings=settings,
             membership=membership,
             store=store,
             transport=transport,
-            sink=sink,
-            landing_log=landing_log,
+            sink=zone.sink,
+            landing_log=zone.log,
             metrics=container.metrics(),
         )
-        log.info("handler starting", extra=fields(id=settings.id, data_dir=str(settings.data_dir)))
+        log.info("handler starting", extra=fields(id=settings.id, data_dir=settings.data_dir))
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, settings.drain_timeout + 5)
             await handler.run(stop)

@@ -12,14 +12,16 @@ import pytest
 
 from adapters.memory import InMemoryLandingLog
 from adapters.parquet import LocalLandingLog
+from adapters.s3 import S3LandingLog
 from core.ports import LandingLog
 from core.table import CHECKPOINT_EVERY, Commit, LandedFile, TableState
 from services.common.table import LandingTable
+from tests.contract._s3 import fresh_bucket
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory", "local"])
+@pytest.fixture(params=["memory", "local", "s3"])
 async def log_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Callable[[], LandingLog]]:
@@ -27,8 +29,11 @@ async def log_factory(
     if request.param == "memory":
         shared = InMemoryLandingLog()
         yield lambda: shared
-    else:
+    elif request.param == "local":
         yield lambda: LocalLandingLog(tmp_path)
+    else:
+        client, location = fresh_bucket(request.getfixturevalue("minio_server"))
+        yield lambda: S3LandingLog(client, location)
 
 
 def commit(version: int, writer: str = "w", **positions: tuple[int, ...]) -> Commit:

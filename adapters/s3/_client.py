@@ -1,0 +1,62 @@
+"""The boto3 client and the ``s3://bucket/prefix`` location every S3 adapter works under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from adapters.s3._settings import S3Settings
+
+__all__ = ["S3Location", "s3_client"]
+
+
+@dataclass(frozen=True, slots=True)
+class S3Location:
+    """``s3://bucket/prefix``: ``key("a/b")`` is ``prefix/a/b`` (or ``a/b`` without prefix)."""
+
+    bucket: str
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> S3Location:
+        """``ValueError`` naming the problem when ``url`` is not ``s3://bucket[/prefix]``."""
+        if not url.startswith("s3://"):
+            raise ValueError(f"{url!r} is not an s3:// URL")
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        if not bucket or "/" in bucket or bucket != bucket.strip():
+            raise ValueError(f"{url!r} names no bucket (s3://bucket/prefix)")
+        return cls(bucket, prefix.strip("/"))
+
+    def key(self, relative: str) -> str:
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    def relative(self, key: str) -> str:
+        return key.removeprefix(f"{self.prefix}/") if self.prefix else key
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+def s3_client(settings: S3Settings) -> Any:
+    """A boto3 S3 client (thread-safe; its calls block: run them in a worker thread)."""
+    style = settings.addressing_style
+    if style == "auto":
+        style = "path" if settings.endpoint_url else "virtual"
+    secret = settings.secret_access_key
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.endpoint_url,
+        region_name=settings.region,
+        aws_access_key_id=settings.access_key_id,
+        aws_secret_access_key=secret.get_secret_value() if secret is not None else None,
+        verify=settings.ca_bundle or settings.verify_tls,
+        config=Config(
+            s3={"addressing_style": style},
+            connect_timeout=settings.request_timeout,
+            read_timeout=settings.request_timeout,
+            retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+        ),
+    )
