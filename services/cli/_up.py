@@ -28,13 +28,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import httpx
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import SecretStr
 from rich.console import Console
 
 from adapters.local import launch_argv
-from adapters.parquet import LocalLandingLog
-from infra.local.servers import ServerGroup, free_port, start_etcd, start_nats
+from adapters.s3 import S3Location, S3Settings, s3_client
+from infra.local.servers import ServerGroup, free_port, start_etcd, start_minio, start_nats
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
+from services.common.landing_zone import is_object_store, landing_log_at
 from services.common.table import LandingTable
 
 __all__ = ["UpOptions", "run_up"]
@@ -49,7 +52,7 @@ class UpOptions:
     rate: float = 200.0
     duration: float | None = None
     handlers: int = 3
-    data_dir: Path | None = None
+    data_dir: str | None = None  # a directory or s3://bucket/prefix
     simulator: bool = True
     partitions: int = 128
     gateway_port: int = 8080
@@ -70,8 +73,8 @@ class _Landed:
     """Counts landed rows: those of the files the landing table's log names (each commit
     gives its files' row counts), reading only the commits made since the last look."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self._table = LandingTable(LocalLandingLog(data_dir), writer="shoal-up")
+    def __init__(self, zone: str | Path, s3: S3Settings | None) -> None:
+        self._table = LandingTable(landing_log_at(zone, s3), writer="shoal-up")
 
     async def refresh(self) -> int:
         with contextlib.suppress(OSError, ValueError):  # a bad read: the count of last time
@@ -92,8 +95,8 @@ def _port(preferred: int) -> int:
 
 
 def _run_dir(options: UpOptions) -> Path:
-    if options.data_dir is not None:
-        return options.data_dir.resolve()
+    if options.data_dir is not None and not is_object_store(options.data_dir):
+        return Path(options.data_dir).resolve()
     return (Path("var") / "up" / time.strftime("%Y%m%d-%H%M%S")).resolve()
 
 
@@ -101,9 +104,17 @@ class _Stack:
     def __init__(self, options: UpOptions, console: Console) -> None:
         self.options = options
         self.console = console
-        # The landing zone is the data dir itself; logs and server state go under `_run`,
-        # which readers of the landing zone skip (pyarrow ignores `_`-prefixed paths).
+        # The landing zone is the data dir itself (or an s3:// zone); logs, server state and
+        # the gateway's ledger go under the data dir's `_run` and `_ledger`, which readers
+        # of the landing zone skip.
         self.data_dir = _run_dir(options)
+        self.zone: str | Path = (
+            options.data_dir
+            if options.data_dir is not None and is_object_store(options.data_dir)
+            else self.data_dir
+        )
+        self.s3: S3Settings | None = None  # set when the zone is on S3
+        self.s3_env: dict[str, str] = {}
         self.run_dir = self.data_dir / "_run"
         self.log_dir = self.run_dir / "logs"
         self.children: list[_Child] = []
@@ -166,7 +177,7 @@ def _write_state(stack: _Stack, dashboard: str) -> Path:
         "gateway": stack.gateway_url,
         "dashboard": dashboard,
         "status_urls": stack.status_urls,
-        "data_dir": str(stack.data_dir),
+        "data_dir": str(stack.zone),
         "log_dir": str(stack.log_dir),
         "servers": stack.servers,
         "started_at": time.time(),
@@ -231,6 +242,8 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
         )
         etcd = await servers.astart(start_etcd, stack.run_dir / "etcd", keep=True)
         stack.servers = {"nats": nats.url, "etcd": etcd.endpoint}
+        if is_object_store(stack.zone):
+            await _object_store(stack, servers)
         gateway_port = _port(options.gateway_port)
         leader_ports = [_port(options.dashboard_port)]
         leader_ports.append(_port(leader_ports[0] + 1) if leader_ports[0] + 1 < 65536 else 0)
@@ -241,8 +254,9 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
             "SHOAL_TRANSPORT": "nats",
             "SHOAL_NATS_URL": nats.url,
             "SHOAL_ETCD_ENDPOINTS": etcd.endpoint,
-            "SHOAL_HANDLER_DATA_DIR": str(stack.data_dir),
+            "SHOAL_HANDLER_DATA_DIR": str(stack.zone),
             "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",
+            **stack.s3_env,
         }
         scaling = {
             "SHOAL_SCALING_SCALER": "local",
@@ -313,7 +327,9 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                 with _state_file(stack, dashboard):
                     print(f"gateway: {stack.gateway_url}", flush=True)
                     print(f"dashboard: {dashboard}", flush=True)
-                    print(f"data: {stack.data_dir}", flush=True)
+                    print(f"data: {stack.zone}", flush=True)
+                    if "s3" in stack.servers:
+                        print(f"s3: {stack.servers['s3']}", flush=True)
                     await _run(stack, stop, client)
         finally:
             # Children first, while the servers they drain against still run.
@@ -321,6 +337,41 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                 console.print("stopping ...")
                 stack.terminate_all()
                 await stack.wait_all_exited(STOP_BOUND - 4)
+
+
+async def _object_store(stack: _Stack, servers: ServerGroup) -> None:
+    """The zone's store: the one the environment names (SHOAL_S3_ENDPOINT_URL, or the AWS
+    SDK's own variables and profiles), else a MinIO started under the run dir. Its bucket
+    is created when missing."""
+    where = S3Location.parse(str(stack.zone))
+    settings = S3Settings()
+    if settings.endpoint_url is None and not os.environ.get("AWS_ENDPOINT_URL"):
+        minio = await servers.astart(start_minio, stack.run_dir / "minio", keep=True)
+        stack.s3_env = minio.s3_env()
+        settings = S3Settings(
+            endpoint_url=minio.url,
+            region="us-east-1",
+            access_key_id=minio.access_key,
+            secret_access_key=SecretStr(minio.secret_key),
+        )
+        stack.servers["s3"] = f"{minio.url} (MinIO; key {minio.access_key})"
+    else:
+        stack.servers["s3"] = settings.endpoint_url or "the AWS SDK's default endpoint"
+    stack.s3 = settings
+    client = s3_client(settings)
+
+    def ensure_bucket() -> None:
+        try:
+            client.head_bucket(Bucket=where.bucket)
+        except ClientError:
+            client.create_bucket(Bucket=where.bucket)
+
+    try:
+        await anyio.to_thread.run_sync(ensure_bucket)
+    except (ClientError, BotoCoreError) as exc:
+        raise RuntimeError(
+            f"cannot use bucket {where.bucket} at {stack.servers['s3']}: {exc}"
+        ) from exc
 
 
 async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> None:
@@ -336,7 +387,7 @@ async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> N
             keep_ids=False,
         ),
     )
-    landed = _Landed(stack.data_dir)
+    landed = _Landed(stack.zone, stack.s3)
     started = anyio.current_time()
     async with anyio.create_task_group() as tg:
         if options.simulator:

@@ -157,7 +157,11 @@ def up(
     ] = None,
     handlers: Annotated[int, typer.Option(min=1, max=64, help="handler processes")] = 3,
     data_dir: Annotated[
-        Path | None, typer.Option(help="landing zone (default: var/up/TIMESTAMP)")
+        str | None,
+        typer.Option(
+            help="landing zone: a directory (default: var/up/TIMESTAMP), or s3://bucket/prefix "
+            "(the store SHOAL_S3_ENDPOINT_URL / AWS_* name; without one, a local MinIO)"
+        ),
     ] = None,
     simulator: Annotated[bool, typer.Option(help="run the device simulator")] = True,
     nats_sync: Annotated[

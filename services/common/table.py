@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 
+from adapters.s3 import S3Settings
 from core.errors import CommitRefusedError
 from core.ports import LandingLog
 from core.table import Commit, LandedFile, LogKey, TableState, checkpoint_due
@@ -114,7 +115,7 @@ class LandingTable:
 # --- reading the table ------------------------------------------------------------------
 
 
-async def committed_state(root: Path | str) -> TableState:
+async def committed_state(root: Path | str, s3: S3Settings | None = None) -> TableState:
     """The landing zone's table at ``root`` (a directory or ``s3://bucket/prefix``) as its
     log (``root/_shoal/log``) says now: an empty table (version 0) when nothing was
     committed, or there is no log.
@@ -123,13 +124,13 @@ async def committed_state(root: Path | str) -> TableState:
     the folder, which also holds files no commit names (a crashed writer's, a racing
     compactor's) and files compacted away, kept for a while for readers still on them.
     """
-    return await LandingTable(landing_log_at(root), writer="reader").refresh()
+    return await LandingTable(landing_log_at(root, s3), writer="reader").refresh()
 
 
-def read_table(root: Path | str) -> TableState:
+def read_table(root: Path | str, s3: S3Settings | None = None) -> TableState:
     """``committed_state`` for synchronous code. It runs an event loop of its own, so call it
     where none runs (from async code: ``await committed_state(root)``, or this function
     through ``anyio.to_thread.run_sync``). Raises ``OSError`` when the log is unreadable,
     ``ValueError`` for a malformed log entry, ``CommitRefusedError`` for a log whose
     commits do not follow from each other."""
-    return anyio.run(committed_state, root)
+    return anyio.run(committed_state, root, s3)

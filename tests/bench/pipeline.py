@@ -39,18 +39,21 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import anyio
 import anyio.to_thread
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
+from adapters.s3 import S3Location, S3Settings, s3_client
 from infra.local.kafka import start_kafka
-from infra.local.servers import start_etcd, start_nats
+from infra.local.servers import RunningMinio, start_etcd, start_minio, start_nats
 from services.cli.devices import LoadGenerator, LoadPlan
 from services.common.settings import HandlerSettings
 from services.common.table import committed_state
@@ -128,33 +131,54 @@ class Rebalance:
 # -- the landing zone ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Landing:
+    """A landing zone on S3: ``zone`` (s3://bucket/prefix), the processes' SHOAL_S3_* and
+    this process's settings."""
+
+    zone: str
+    env: dict[str, str]
+    s3: S3Settings
+
+
 @dataclass
 class Zone:
-    """The landed files, read once each (files are never rewritten once visible)."""
+    """The landed files, read once each (files are never rewritten once visible). On S3,
+    a file's time is its LastModified (whole seconds)."""
 
-    data_dir: Path
-    files: dict[Path, tuple[int, float]] = field(default_factory=dict)  # rows, mtime
+    data_dir: Path | str
+    s3: S3Settings | None = None
+    files: dict[PurePath, tuple[int, float]] = field(default_factory=dict)  # rows, mtime
     ids: set[str] = field(default_factory=set)  # distinct message_id landed
     rows: int = 0
 
     async def refresh(self) -> int:
         """Read the files committed since; the count of distinct messages landed. (Only
         files the landed table names are data: ``services.common.table``.)"""
-        state = await committed_state(self.data_dir)
+        state = await committed_state(self.data_dir, self.s3)
         for name in state.files:
-            path = self.data_dir / name
-            if path not in self.files:
-                table = pq.read_table(path, columns=["message_id"])
-                self.files[path] = (table.num_rows, path.stat().st_mtime)
+            key = PurePosixPath(name) if self.s3 else Path(self.data_dir) / name
+            if key not in self.files:
+                table, mtime = await anyio.to_thread.run_sync(self._read, name)
+                self.files[key] = (table.num_rows, mtime)
                 self.rows += table.num_rows
                 self.ids.update(table.column("message_id").to_pylist())
         return len(self.ids)
+
+    def _read(self, name: str) -> tuple[pa.Table, float]:
+        if self.s3 is None:
+            path = Path(self.data_dir) / name
+            return pq.read_table(path, columns=["message_id"]), path.stat().st_mtime
+        where = S3Location.parse(str(self.data_dir))
+        answer = s3_client(self.s3).get_object(Bucket=where.bucket, Key=where.key(name))
+        body = pa.BufferReader(answer["Body"].read())
+        return pq.read_table(body, columns=["message_id"]), answer["LastModified"].timestamp()
 
     @property
     def duplicates(self) -> int:
         return self.rows - len(self.ids)
 
-    def since(self, start: float, end: float = float("inf")) -> dict[Path, tuple[int, float]]:
+    def since(self, start: float, end: float = float("inf")) -> dict[PurePath, tuple[int, float]]:
         return {p: v for p, v in self.files.items() if start <= v[1] < end}
 
     async def until_rows(self, rows: int, within: float) -> None:
@@ -164,14 +188,14 @@ class Zone:
                 await anyio.sleep(0.2)
 
 
-def file_rows(files: Mapping[Path, tuple[int, float]]) -> tuple[float, float]:
+def file_rows(files: Mapping[PurePath, tuple[int, float]]) -> tuple[float, float]:
     counts = sorted(rows for rows, _ in files.values())
     if not counts:
         return 0.0, 0.0
     return statistics.median(counts), counts[max(0, int(len(counts) * 0.1) - 1)]
 
 
-def latencies(files: Mapping[Path, tuple[int, float]]) -> tuple[float, float]:
+def latencies(files: Mapping[PurePath, tuple[int, float]]) -> tuple[float, float]:
     """p50 and p99 of (file visible - message received at the gateway), in seconds."""
     values: list[float] = []
     for path, (_, mtime) in files.items():
@@ -333,9 +357,19 @@ def raw_rate(transport: str, servers: Servers, messages: int) -> float:
 
 
 async def start_cluster(
-    env: Callable[[str], dict[str, str]], work: Path, handlers: tuple[str, ...] = HANDLERS
+    env: Callable[[str], dict[str, str]],
+    work: Path,
+    landing: Landing | None = None,
+    handlers: tuple[str, ...] = HANDLERS,
 ) -> Cluster:
-    cluster = Cluster(backend_env=env, work_dir=work, partitions=PARTITIONS)
+    cluster = Cluster(
+        backend_env=env,
+        work_dir=work,
+        partitions=PARTITIONS,
+        env=landing.env if landing else None,
+        landing=landing.zone if landing else None,
+        s3=landing.s3 if landing else None,
+    )
     await cluster.__aenter__()
     try:
         await cluster.start_gateway()
@@ -364,11 +398,11 @@ def plan(messages: int | None, rate: float | None = None) -> LoadPlan:
 
 
 async def shoal_throughput(
-    transport: str, servers: Servers, messages: int, work: Path
+    transport: str, servers: Servers, messages: int, work: Path, landing: Landing | None = None
 ) -> tuple[float, float, Zone, dict[str, Memory]]:
     """Messages per second end to end and accepted by the gateway, the landed files, and
-    every process's memory once everything landed."""
-    cluster = await start_cluster(backend_env(transport, servers), work)
+    every process's memory once everything landed (on S3 with ``landing``)."""
+    cluster = await start_cluster(backend_env(transport, servers), work, landing)
     try:
         gateway = cluster.process("gateway")
         started = time.time()
@@ -376,7 +410,7 @@ async def shoal_throughput(
         accepted = time.time()
         if summary.accepted_count != messages:
             raise RuntimeError(f"the gateway did not accept everything: {summary.line()}")
-        zone = Zone(cluster.data_dir)
+        zone = Zone(cluster.zone, landing.s3 if landing else None)
         try:
             await zone.until_rows(messages, within=max(120.0, messages / 200))
         except TimeoutError:
@@ -389,6 +423,47 @@ async def shoal_throughput(
         return messages / (finished - started), messages / (accepted - started), zone, memory
     finally:
         await cluster.__aexit__(None, None, None)
+
+
+def landing_on(minio: RunningMinio) -> Landing:
+    """A fresh bucket on ``minio`` as a landing zone."""
+    settings = S3Settings(
+        endpoint_url=minio.url,
+        region="us-east-1",
+        access_key_id=minio.access_key,
+        secret_access_key=SecretStr(minio.secret_key),
+    )
+    s3_client(settings).create_bucket(Bucket="bench")
+    return Landing("s3://bench/zone", minio.s3_env(), settings)
+
+
+async def s3_run(servers: Servers, messages: int, work: Path, raw: float) -> Throughput:
+    """NATS durable with the handlers landing on a local MinIO instead of the disk."""
+    minio = await anyio.to_thread.run_sync(start_minio)
+    try:
+        landing = await anyio.to_thread.run_sync(landing_on, minio)
+        rate, accepted, zone, memory = await shoal_throughput(
+            "nats", servers, messages, work / "nats-durable-s3", landing
+        )
+    finally:
+        await anyio.to_thread.run_sync(minio.stop)
+    median, p10 = file_rows(zone.files)
+    p50, p99 = latencies(zone.files)
+    return Throughput(
+        "nats",
+        "durable, on S3",
+        messages,
+        rate,
+        accepted,
+        raw,
+        median,
+        p10,
+        len(zone.files),
+        zone.duplicates,
+        p50,
+        p99,
+        memory,
+    )
 
 
 async def steady_and_rebalance(
@@ -440,16 +515,16 @@ async def _departure(cluster: Cluster, zone: Zone, name: str, sig: signal.Signal
     moved = set(partitions_of(doc, name))
     at = cluster.kill(name, sig)
 
-    def landed_again(path: Path, _: float) -> bool:
+    def landed_again(path: PurePath, _: float) -> bool:
         if path.name.startswith(f"{name}-"):
             return False
-        partitions = pq.read_table(path, columns=["partition"]).column("partition")
+        partitions = pq.read_table(Path(path), columns=["partition"]).column("partition")
         return bool(moved & set(pc.unique(partitions).to_pylist()))
 
     return await _first_row(zone, at, landed_again) - at
 
 
-async def _first_row(zone: Zone, since: float, match: Callable[[Path, float], bool]) -> float:
+async def _first_row(zone: Zone, since: float, match: Callable[[PurePath, float], bool]) -> float:
     """The modification time of the first file since ``since`` that ``match``es."""
     with anyio.fail_after(120):
         while True:
@@ -491,7 +566,7 @@ def report(
             f"{run.shoal_rate:,.0f} msgs/s ({run.accepted_rate:,.0f}) of {run.messages:,}",
         )
         row(f"{label}: plain client", f"{run.raw_rate:,.0f} msgs/s")
-        want, stretch = (2.0, 4.0) if run.mode == "durable" else (0.5, 0.8)
+        want, stretch = (2.0, 4.0) if run.mode.startswith("durable") else (0.5, 0.8)
         row(
             f"{label}: shoal / plain",
             f"{run.ratio:.2f} x",
@@ -601,6 +676,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         )
                     )
                     console.print(f"  {rate:,.0f} msgs/s ({rate / raw:.2f} x)")
+                    if args.s3 and transport == "nats" and mode == "durable":
+                        console.print("[bold]nats durable, landing on S3 (MinIO)[/] ...")
+                        runs.append(await s3_run(servers, args.messages, work, raw))
+                        console.print(f"  {runs[-1].shoal_rate:,.0f} msgs/s")
                 if args.rebalance and mode == "durable" and "nats" in transports:
                     console.print("[bold]nats durable[/]: 200 msgs/s, join, leave, crash ...")
                     steady, rebalance = await steady_and_rebalance(
@@ -629,6 +708,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transports", default="nats,kafka")
     parser.add_argument("--modes", default="durable,relaxed")
     parser.add_argument("--no-rebalance", dest="rebalance", action="store_false")
+    parser.add_argument(
+        "--no-s3", dest="s3", action="store_false", help="skip the run landing on MinIO"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the landed files and logs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from adapters.s3 import S3Location, S3Settings, s3_client
 from infra.local._testservers import ServerInfo
 
-__all__ = ["fresh_bucket", "settings_for"]
+__all__ = ["fresh_bucket", "s3_env", "settings_for"]
 
 
 def settings_for(server: ServerInfo) -> S3Settings:
@@ -29,3 +29,14 @@ def fresh_bucket(server: ServerInfo) -> tuple[Any, S3Location]:
     bucket = f"shoal-test-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
     return client, S3Location(bucket, "zone")
+
+
+def s3_env(server: ServerInfo) -> dict[str, str]:
+    """The SHOAL_S3_* variables that point shoal's processes at ``server``."""
+    key, secret = server.credentials or ("", "")
+    return {
+        "SHOAL_S3_ENDPOINT_URL": server.url,
+        "SHOAL_S3_REGION": "us-east-1",
+        "SHOAL_S3_ACCESS_KEY_ID": key,
+        "SHOAL_S3_SECRET_ACCESS_KEY": secret,
+    }

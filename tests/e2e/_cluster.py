@@ -36,6 +36,7 @@ from typing import Any, Literal, Self
 import anyio
 import httpx
 
+from adapters.s3 import S3Settings
 from infra.local.servers import free_port
 
 __all__ = [
@@ -174,13 +175,22 @@ class Cluster:
         work_dir: Path,
         partitions: int = 128,
         env: Mapping[str, str] | None = None,
+        landing: str | None = None,
+        s3: S3Settings | None = None,
     ) -> None:
+        """``landing``: the handlers' landing zone when not ``work_dir/data`` (an
+        ``s3://bucket/prefix``; ``env`` then carries the SHOAL_S3_* settings for the
+        processes, ``s3`` the same for this one). The gateway's ledger stays in
+        ``data_dir/_ledger``."""
         suffix = uuid.uuid4().hex[:10]
         self.suffix = suffix
         self.group = f"e2e-{suffix}"
         self.partitions = partitions
         self.work_dir = work_dir
         self.data_dir = work_dir / "data"
+        self.zone: str | Path = landing or self.data_dir
+        self.s3 = s3
+        self.extra_env = dict(env or {})
         self.log_dir = work_dir / "logs"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +301,7 @@ class Cluster:
             None,
             {
                 "SHOAL_HANDLER_ID": name,
-                "SHOAL_HANDLER_DATA_DIR": str(self.data_dir),
+                "SHOAL_HANDLER_DATA_DIR": str(self.zone),
                 "SHOAL_HANDLER_LEASE_TTL": str(LEASE_TTL),
                 **(env or {}),
             },

@@ -18,6 +18,7 @@ they add (and forgets files they remove), so tests can watch the zone grow while
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,10 @@ import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from adapters.parquet import LocalLandingLog
+from adapters.s3 import S3Location, S3Settings, s3_client
+from services.common.landing_zone import is_object_store, landing_log_at
 from services.common.table import LandingTable, read_table
 
 __all__ = [
@@ -74,11 +77,14 @@ def _normalized(table: Any, mtime_ns: int) -> Any:
 
 
 class LandingZone:
-    """An incrementally read view of the landing table at ``data_dir``."""
+    """An incrementally read view of the landing table at ``data_dir`` (a directory, or
+    ``s3://bucket/prefix`` reached with ``s3``: then ``landed_at`` is the object's
+    LastModified, to the second)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path | str, s3: S3Settings | None = None) -> None:
         self.data_dir = data_dir
-        self._view = LandingTable(LocalLandingLog(data_dir), writer="e2e-reader")
+        self._s3 = s3_client(s3 or S3Settings()) if is_object_store(data_dir) else None
+        self._view = LandingTable(landing_log_at(data_dir, s3), writer="e2e-reader")
         self._tables: dict[str, Any] = {}  # by path relative to data_dir, as the log names it
         self._ids: Counter[str] = Counter()
         self._combined: Any = None
@@ -99,9 +105,7 @@ class LandingZone:
             added -= old.num_rows
             changed = True
         for path in sorted(state.files.keys() - self._tables.keys()):
-            file = self.data_dir / path
-            mtime_ns = file.stat().st_mtime_ns
-            table = _normalized(ds.dataset(file, format="parquet").to_table(), mtime_ns)
+            table = _normalized(*self._read(path))
             self._ids.update(table.column("message_id").to_pylist())
             self._tables[path] = table
             added += table.num_rows
@@ -110,6 +114,16 @@ class LandingZone:
             self._combined = None
         self._ids += Counter()  # drop zero counts left by removed files
         return added
+
+    def _read(self, path: str) -> tuple[Any, int]:
+        """The file's rows and its modification time (ns)."""
+        if self._s3 is None:
+            file = Path(self.data_dir) / path
+            return ds.dataset(file, format="parquet").to_table(), file.stat().st_mtime_ns
+        where = S3Location.parse(str(self.data_dir))
+        answer = self._s3.get_object(Bucket=where.bucket, Key=where.key(path))
+        table = pq.read_table(io.BytesIO(answer["Body"].read()))
+        return table, int(answer["LastModified"].timestamp() * 1e9)
 
     def ids(self) -> Counter[str]:
         """message_id -> how many rows carry it."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.local._testservers import ServerInfo
+from tests.contract._s3 import fresh_bucket, s3_env, settings_for
 from tests.e2e._cluster import ACK_WAIT, Cluster
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
@@ -77,9 +78,28 @@ def make_cluster(
     """
     clusters: list[Cluster] = []
 
-    def make(name: str, coordination: str = "etcd", transport: str = "nats") -> Cluster:
+    def make(
+        name: str,
+        coordination: str = "etcd",
+        transport: str = "nats",
+        landing: str = "disk",
+        store: ServerInfo | None = None,
+    ) -> Cluster:
+        """``landing="s3"``: the handlers land in a fresh bucket of ``store`` (default: the
+        session's MinIO)."""
+        env: dict[str, str] = {}
+        zone: str | None = None
+        s3 = None
+        if landing == "s3":
+            minio: ServerInfo = store or request.getfixturevalue("minio_server")
+            env, s3 = s3_env(minio), settings_for(minio)
+            zone = f"s3://{fresh_bucket(minio)[1].bucket}/zone"
         cluster = Cluster(
-            backend_env=backend_env(request, coordination, transport), work_dir=tmp_path / name
+            backend_env=backend_env(request, coordination, transport),
+            work_dir=tmp_path / name,
+            env=env,
+            landing=zone,
+            s3=s3,
         )
         clusters.append(cluster)
         return cluster

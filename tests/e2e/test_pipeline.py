@@ -8,6 +8,7 @@ each test also writes them as JSON into its pytest tmp dir.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -22,7 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from infra.local._testservers import ServerInfo
+from infra.local.servers import start_minio
 from tests.e2e._cluster import (
+    ACK_WAIT,
     LEASE_TTL,
     Cluster,
     ProcessExitedError,
@@ -170,21 +174,26 @@ def _in(column: Any, values: set[int] | set[str]) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("coordination", "transport"),
-    [pytest.param(c, t, id=f"{c}+{t}") for c, t in BACKEND_MATRIX],
+    ("coordination", "transport", "landing"),
+    [pytest.param(c, t, "disk", id=f"{c}+{t}") for c, t in BACKEND_MATRIX]
+    + [pytest.param("etcd", "nats", "s3", id="etcd+nats+s3")],
 )
 async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_killed(
-    make_cluster: Callable[..., Cluster], tmp_path: Path, coordination: str, transport: str
+    make_cluster: Callable[..., Cluster],
+    tmp_path: Path,
+    coordination: str,
+    transport: str,
+    landing: str,
 ) -> None:
     handlers = ("h1", "h2", "h3")
     victim = "h1"
-    cluster = make_cluster("a", coordination, transport)
+    cluster = make_cluster("a", coordination, transport, landing)
     with anyio.fail_after(420):
         async with cluster, anyio.create_task_group() as tg:
             history: History = []
             await start_cluster(cluster, ("leader-a", "leader-b"), handlers)
             tg.start_soon(cluster.record_status, history)
-            zone = LandingZone(cluster.data_dir)
+            zone = LandingZone(cluster.zone, cluster.s3)
             plan = LoadPlan(messages=MESSAGES, projects=1_000, batch=50, concurrency=16)
             load = LoadGenerator(cluster.process("gateway").url, plan)
             done = anyio.Event()
@@ -245,7 +254,7 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
         history, lambda d: d["leader"] is not None and d["leader"]["id"] == survivor
     )
     figures = {
-        "backends": f"{coordination}+{transport}",
+        "backends": f"{coordination}+{transport}" + ("+s3" if landing == "s3" else ""),
         "lost": len(missing),
         "duplicates": len(dupes),
         "duplicate_rows": sum(dupes.values()) - len(dupes),
@@ -274,7 +283,7 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
         else round(survivor_seen_at - leader_killed_at, 1),
         "files": zone.files,
     }
-    report(f"pipeline[{coordination}+{transport}]", figures, tmp_path)
+    report(f"pipeline[{figures['backends']}]", figures, tmp_path)
     assert not missing, f"{len(missing)} accepted messages never landed, e.g. {sorted(missing)[:5]}"
     assert took_over["leader"]["term"] > old_term
     assert not partitions_of(after, victim)
@@ -285,9 +294,9 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
 
     # The Spark audit, run as an operator would on this landing zone (drained: the load
     # stopped and every accepted message landed), agrees with what the test counted.
-    audit = run_audit(cluster.data_dir)
+    audit = run_audit(cluster)
     print(
-        f"E2E audit[{coordination}+{transport}]: accepted={audit['accepted']} "
+        f"E2E audit[{figures['backends']}]: accepted={audit['accepted']} "
         f"landed={audit['landed']} lost={audit['lost']} duplicated={audit['duplicated']} "
         f"accepted_from={audit['accepted_from']} nines={audit['nines_text']!r}"
     )
@@ -367,8 +376,67 @@ async def test_every_message_lands_once_when_handlers_are_killed_again_and_again
     assert set(ids) == accepted
 
 
-def run_audit(data_dir: Path) -> dict[str, Any]:
-    """``shoal analytics audit DATA --drain-marker --json`` in a subprocess."""
+# --- a''. the object store stops ---------------------------------------------------------
+
+STORE_OUTAGE = 3 * ACK_WAIT  # longer than an ack wait: deliveries must be kept alive
+
+
+async def test_nothing_is_lost_or_duplicated_when_the_object_store_stops(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """The handlers land on S3 (a MinIO of this test's own), which is killed under steady
+    load for three ack waits and started again on the same data: the handlers keep their
+    batches alive and write them again, and every accepted message lands exactly once."""
+    minio = await anyio.to_thread.run_sync(start_minio)
+    try:
+        store = ServerInfo(
+            "minio", "local", minio.url, minio.endpoint, minio, (minio.access_key, minio.secret_key)
+        )
+        cluster = make_cluster("s", "etcd", "nats", "s3", store)
+        with anyio.fail_after(300):
+            async with cluster, anyio.create_task_group() as tg:
+                await start_cluster(cluster, ("leader-a",), ("h1", "h2"))
+                zone = LandingZone(cluster.zone, cluster.s3)
+                load = LoadGenerator(cluster.process("gateway").url, STEADY)
+                stop = anyio.Event()
+                tg.start_soon(load.run, stop)
+                await load.wait_accepted(3_000)
+                await anyio.to_thread.run_sync(zone.refresh)
+                before = zone.count()
+                minio.kill()
+                # The outage's length is the fault being injected, not a synchronisation.
+                await anyio.sleep(STORE_OUTAGE)
+                accepted_during = load.accepted_count
+                await anyio.to_thread.run_sync(minio.restart)
+                await load.wait_accepted(accepted_during + 3_000)
+                stop.set()
+                await load.wait_stopped()
+                accepted = set(load.summary.accepted)
+                missing = await wait_all_landed(zone, accepted, within=120.0)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(minio.stop)
+    dupes = duplicates(zone.ids())
+    figures = {
+        "outage_s": STORE_OUTAGE,
+        "ack_wait_s": ACK_WAIT,
+        "landed_before_outage": before,
+        "accepted_by_end_of_outage": accepted_during,
+        "accepted": len(accepted),
+        "lost": len(missing),
+        "duplicates": len(dupes),
+        "files": zone.files,
+    }
+    report("object-store-outage", figures, tmp_path)
+    assert before > 0, "nothing had landed before the outage: the test proves nothing"
+    assert not missing, f"{len(missing)} accepted messages never landed"
+    assert not dupes, f"{len(dupes)} messages landed twice, e.g. {sorted(dupes)[:5]}"
+    assert set(zone.ids()) == accepted
+
+
+def run_audit(cluster: Cluster) -> dict[str, Any]:
+    """``shoal analytics audit ZONE --drain-marker --ledger LEDGER --json`` in a subprocess
+    (with the cluster's SHOAL_S3_* settings when the zone is on S3)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -376,10 +444,13 @@ def run_audit(data_dir: Path) -> dict[str, Any]:
             "services.cli.main",
             "analytics",
             "audit",
-            str(data_dir),
+            str(cluster.zone),
             "--drain-marker",
+            "--ledger",
+            str(cluster.data_dir / "_ledger"),
             "--json",
         ],
+        env={**os.environ, **cluster.extra_env},
         capture_output=True,
         text=True,
         timeout=300,
