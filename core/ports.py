@@ -15,7 +15,7 @@ from typing import Protocol
 
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
-from core.table import Commit, LandedFile, TableState
+from core.table import Commit, LandedFile, StoredFile, TableState
 
 __all__ = [
     "AcceptanceLedger",
@@ -32,6 +32,7 @@ __all__ = [
     "Sink",
     "Subscription",
     "Transport",
+    "ZoneFiles",
 ]
 
 
@@ -314,6 +315,30 @@ class LandingLog(Protocol):
 
     async def save_checkpoint(self, state: TableState) -> None:
         """Save ``state`` as the checkpoint of its version (replacing an equal one)."""
+        ...
+
+
+class ZoneFiles(Protocol):
+    """The landing zone's files as stored, for its upkeep (``shoal analytics compact``):
+    what the ``date=`` folders hold, whether or not the table names it. Paths as in
+    ``LandedFile``. Storage errors raise ``OSError``."""
+
+    async def listing(self) -> Sequence[StoredFile]:
+        """Every file directly in a ``date=YYYY-MM-DD`` folder: data files and a sink's
+        hidden temporary ones (``.*.tmp``), named by the table or not; nothing else (not
+        the log, not the ledger)."""
+        ...
+
+    async def read(self, path: str) -> bytes:
+        """The whole file (``FileNotFoundError`` when there is none)."""
+        ...
+
+    async def stamp(self, paths: Sequence[str]) -> None:
+        """Set each file's ``modified`` to now, its content unchanged."""
+        ...
+
+    async def delete(self, paths: Sequence[str]) -> None:
+        """Remove the files; one already gone is no error."""
         ...
 
 

@@ -44,11 +44,14 @@ __all__ = [
     "LandedFile",
     "LandingPlan",
     "LogKey",
+    "StoredFile",
     "TableState",
     "checkpoint_due",
+    "in_date_folder",
     "log_key",
     "pack",
     "plan_landing",
+    "unreferenced",
 ]
 
 LogKey = str
@@ -69,6 +72,17 @@ class LandedFile:
 
     path: str
     rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file as the landing zone's storage lists it, named or not by the table: ``path``
+    as in ``LandedFile``; ``modified``: when it was last written or stamped (seconds since
+    the epoch)."""
+
+    path: str
+    size: int
+    modified: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +231,30 @@ def pack(files: Iterable[LandedFile], target_rows: int) -> list[list[LandedFile]
             bins.append([landed])
             room.append(target_rows - landed.rows)
     return bins
+
+
+def in_date_folder(path: str) -> bool:
+    """Whether ``path`` is a file a ``ZoneFiles`` lists: directly in a ``date=`` folder, a
+    data file (``*.parquet``) or a sink's hidden temporary one (``.*.tmp``)."""
+    folder, _, name = path.partition("/")
+    if not folder.startswith("date=") or not name or "/" in name:
+        return False
+    return name.endswith(".parquet") or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def unreferenced(
+    state: TableState, stored: Iterable[StoredFile], older_than: float
+) -> tuple[list[StoredFile], int]:
+    """The garbage among ``stored``: files ``state`` does not name, last modified before
+    ``older_than`` (deletable, in path order), and how many unnamed ones are younger (kept:
+    a writer may be about to commit them, a reader may still be on them)."""
+    deletable: list[StoredFile] = []
+    kept = 0
+    for found in sorted(stored, key=lambda f: f.path):
+        if found.path in state.files:
+            continue
+        if found.modified < older_than:
+            deletable.append(found)
+        else:
+            kept += 1
+    return deletable, kept

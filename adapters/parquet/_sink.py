@@ -25,7 +25,15 @@ from core.errors import OwnershipLostError
 from core.messages import LandedRow
 from core.table import LandedFile
 
-__all__ = ["ParquetSettings", "ParquetSink", "layout", "sorted_table", "to_table", "write_parquet"]
+__all__ = [
+    "ParquetSettings",
+    "ParquetSink",
+    "layout",
+    "sorted_table",
+    "table_file_path",
+    "to_table",
+    "write_parquet",
+]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -157,17 +165,15 @@ class ParquetSink(Stateless):
         otherwise). ``shoal analytics compact`` merges small files this way. Raises
         ``ValueError`` for another schema or a ``day`` that is not YYYY-MM-DD, ``OSError``
         when the disk refuses (no file is left then)."""
-        if not table.schema.remove_metadata().equals(LANDED_SCHEMA):
-            raise ValueError(f"not the landed schema: {table.schema}")
-        folder = self.settings.data_dir / f"date={datetime.strptime(day, '%Y-%m-%d'):%Y-%m-%d}"
-        stem = f"{_UNSAFE.sub('_', writer) or 'writer'}-{uuid.uuid4().hex}"
-        path = await anyio.to_thread.run_sync(self._write_table_sync, folder, stem, table)
+        relative = table_file_path(day, table, writer=writer)
+        final = self.settings.data_dir / relative
+        path = await anyio.to_thread.run_sync(self._write_table_sync, final, table)
         return LandedFile(path.relative_to(self.settings.data_dir).as_posix(), table.num_rows)
 
-    def _write_table_sync(self, folder: Path, stem: str, table: pa.Table) -> Path:
+    def _write_table_sync(self, final: Path, table: pa.Table) -> Path:
+        folder = final.parent
         self._make_dirs(folder)
-        temp = self._stage_table(folder, stem, table)
-        final = folder / f"{stem}.parquet"
+        temp = self._stage_table(folder, final.name.removesuffix(".parquet"), table)
         try:
             temp.rename(final)
         except BaseException:
@@ -175,6 +181,16 @@ class ParquetSink(Stateless):
             raise
         self._fsync_dir(folder)
         return final
+
+
+def table_file_path(day: str, table: pa.Table, *, writer: str) -> str:
+    """Where a sink's ``write_table`` puts ``table``: ``date={day}/{writer}-{uuid}.parquet``
+    relative to the zone's root. ``ValueError`` for a schema other than ``LANDED_SCHEMA``
+    or a ``day`` that is not YYYY-MM-DD."""
+    if not table.schema.remove_metadata().equals(LANDED_SCHEMA):
+        raise ValueError(f"not the landed schema: {table.schema}")
+    folder = f"date={datetime.strptime(day, '%Y-%m-%d'):%Y-%m-%d}"
+    return f"{folder}/{_UNSAFE.sub('_', writer) or 'writer'}-{uuid.uuid4().hex}.parquet"
 
 
 def _day(received_at: float) -> str:

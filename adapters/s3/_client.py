@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from adapters.s3._settings import S3Settings
 
-__all__ = ["S3Location", "s3_client"]
+__all__ = ["S3Location", "call", "delete_objects", "list_objects", "s3_client"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +62,44 @@ def s3_client(settings: S3Settings) -> Any:
             retries={"max_attempts": settings.max_attempts, "mode": "standard"},
         ),
     )
+
+
+def call(method: Any, **request: Any) -> Any:
+    """``method(**request)``; the store's refusals and outages as ``OSError``."""
+    try:
+        return method(**request)
+    except (ClientError, BotoCoreError) as exc:
+        raise OSError(f"S3 {getattr(method, '__name__', 'call')}: {exc}") from exc
+
+
+def list_objects(
+    client: Any, bucket: str, prefix: str, *, start_after: str = ""
+) -> Iterator[dict[str, Any]]:
+    """Every object (``list_objects_v2``'s entries) whose key starts with ``prefix``, in key
+    order, after the key ``start_after`` when given; page by page."""
+    token: str | None = None
+    while True:
+        request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if token:
+            request["ContinuationToken"] = token
+        elif start_after:
+            request["StartAfter"] = start_after
+        page = call(client.list_objects_v2, **request)
+        yield from page.get("Contents", ())
+        token = page.get("NextContinuationToken")
+        if not token:
+            return
+
+
+def delete_objects(client: Any, location: S3Location, paths: Sequence[str]) -> None:
+    """Delete the objects at ``paths`` (relative to ``location``); one already gone is no
+    error. ``OSError`` when the store refuses any."""
+    for start in range(0, len(paths), 1000):  # DeleteObjects takes 1,000 keys a call
+        chunk = paths[start : start + 1000]
+        response = call(
+            client.delete_objects,
+            Bucket=location.bucket,
+            Delete={"Objects": [{"Key": location.key(p)} for p in chunk]},
+        )
+        if response.get("Errors"):
+            raise OSError(f"S3 delete in {location}: {response['Errors'][:3]}")

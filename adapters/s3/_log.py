@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import TypeAdapter
 
 from adapters._stateless import Stateless
-from adapters.s3._client import S3Location
+from adapters.s3._client import S3Location, call, list_objects
 from core.table import Commit, TableState
 
 __all__ = ["S3LandingLog"]
@@ -58,19 +58,9 @@ class S3LandingLog(Stateless):
     # -- in a worker thread --------------------------------------------------------------
 
     def _keys(self, start_after: str = "") -> list[str]:
-        keys: list[str] = []
-        token: str | None = None
-        while True:
-            request: dict[str, Any] = {"Bucket": self._location.bucket, "Prefix": self._folder}
-            if token:
-                request["ContinuationToken"] = token
-            elif start_after:
-                request["StartAfter"] = self._folder + start_after
-            page = _call(self._client.list_objects_v2, **request)
-            keys.extend(item["Key"] for item in page.get("Contents", ()))
-            token = page.get("NextContinuationToken")
-            if not token:
-                return keys
+        after = self._folder + start_after if start_after else ""
+        listed = list_objects(self._client, self._location.bucket, self._folder, start_after=after)
+        return [item["Key"] for item in listed]
 
     def _commits(self, after: int) -> list[Commit]:
         found: list[Commit] = []
@@ -126,7 +116,7 @@ class S3LandingLog(Stateless):
         return body
 
     def _put(self, name: str, data: bytes) -> None:
-        _call(
+        call(
             self._client.put_object,
             Bucket=self._location.bucket,
             Key=self._folder + name,
@@ -136,11 +126,3 @@ class S3LandingLog(Stateless):
 
 def _checkpoint_name(version: int) -> str:
     return f"{version:020d}.checkpoint.json"
-
-
-def _call(method: Any, **request: Any) -> Any:
-    """``method(**request)``; the store's refusals and outages as ``OSError``."""
-    try:
-        return method(**request)
-    except (ClientError, BotoCoreError) as exc:
-        raise OSError(f"S3 {getattr(method, '__name__', 'call')}: {exc}") from exc

@@ -20,8 +20,14 @@ import pyarrow as pa
 from botocore.exceptions import BotoCoreError, ClientError
 
 from adapters._stateless import Stateless
-from adapters.parquet import ParquetSettings, layout, sorted_table, write_parquet
-from adapters.s3._client import S3Location
+from adapters.parquet import (
+    ParquetSettings,
+    layout,
+    sorted_table,
+    table_file_path,
+    write_parquet,
+)
+from adapters.s3._client import S3Location, delete_objects
 from core.errors import OwnershipLostError
 from core.messages import LandedRow
 from core.table import LandedFile
@@ -58,6 +64,23 @@ class S3ParquetSink(Stateless):
         if files:
             await anyio.to_thread.run_sync(self._delete, [f.path for f in files])
 
+    async def write_table(self, day: str, table: pa.Table, *, writer: str) -> LandedFile:
+        """Upload ``table`` (``LANDED_SCHEMA``, rows in the order given) as one object at
+        ``table_file_path``; part of the table only once a commit names it (``discard``
+        removes it otherwise). ``shoal analytics compact`` merges small files this way.
+        ``ValueError`` for another schema or day, ``OSError`` when the store refuses (no
+        object is left then, unless only the answer was lost)."""
+        path = table_file_path(day, table, writer=writer)
+
+        def encode() -> pa.Buffer:
+            stream = pa.BufferOutputStream()
+            write_parquet(table, stream, self._settings)
+            return stream.getvalue()
+
+        data = await anyio.to_thread.run_sync(encode)
+        await anyio.to_thread.run_sync(self._upload, [(path, data, table.num_rows)])
+        return LandedFile(path, table.num_rows)
+
     # -- in a worker thread --------------------------------------------------------------
 
     def _encode(self, rows: list[LandedRow]) -> list[tuple[str, pa.Buffer, int]]:
@@ -81,15 +104,7 @@ class S3ParquetSink(Stateless):
             raise OSError(f"S3 upload to {self._location}: {exc}") from exc
 
     def _delete(self, paths: list[str]) -> None:
-        try:
-            response = self._client.delete_objects(
-                Bucket=self._location.bucket,
-                Delete={"Objects": [{"Key": self._location.key(p)} for p in paths]},
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise OSError(f"S3 delete in {self._location}: {exc}") from exc
-        if response.get("Errors"):
-            raise OSError(f"S3 delete in {self._location}: {response['Errors'][:3]}")
+        delete_objects(self._client, self._location, paths)
 
     def _delete_quietly(self, paths: list[str]) -> None:
         # What stays is an orphan: no commit names it; compact's retention removes it.

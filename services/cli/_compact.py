@@ -1,30 +1,35 @@
-"""``shoal analytics compact``: merge the small files of closed days into large ones, swap
-them into the landing table in one commit per day, and delete files the table no longer
-names.
+"""``shoal analytics compact``: merge the small files of closed days into large ones, swap them
+into the landing table in one commit per day, and delete files the table no longer names.
 
 A day (a ``date=YYYY-MM-DD`` folder) is closed when it is before today's UTC date: no
-handler writes there any more, except the odd late redelivery (it lands in a file of its
-own and a commit of its own, which the swap does not disturb, and is merged next time).
+handler writes there any more, except the odd late redelivery (it lands in a file of its own
+and a commit of its own, which the swap does not disturb, and is merged next time).
 
 Per closed day, the committed files are packed into bins of at most ``target_rows`` rows
-(first fit, largest first). Each bin of several files becomes one file, sorted by
-partition, project_id and sequence, written by ``ParquetSink.write_table`` (staged, fsynced,
-renamed); bins of one file stay as they are, and a day whose packing would not lower its
-file count is left alone (so a second run changes nothing). Every file's rows are counted
-as read and the new files' rows as written: when they differ from the table's counts,
-nothing is committed. Then one commit removes the merged files and adds the new ones: a
-reader resolving the table sees one or the other, never both or neither. The commit is
-refused when another compactor removed one of the files first: the new files are deleted
-and the day reported as ``raced``.
+(first fit, largest first). Each bin of several files becomes one file, sorted by partition,
+project_id and sequence, written by the sink's ``write_table`` (on a disk: staged, fsynced,
+renamed; on an object store: one upload); bins of one file stay as they are, and a day whose
+packing would not lower its file count is left alone (so a second run changes nothing).
+Every file's rows are counted as read and the new files' rows as written: when they differ
+from the table's counts, nothing is committed. Then one commit removes the merged files and
+adds the new ones: a reader resolving the table sees one or the other, never both or
+neither. The commit is refused when another compactor removed one of the files first: the
+new files are deleted and the day reported as ``raced``.
 
 Deleting: a file in a ``date=`` folder (``*.parquet``, or a sink's hidden ``.*.tmp``) that
-the table does not name is deleted once its modification time is older than
-``retention``; a committed file never is. That removes crashed writers' orphans and
-files compacted away. Just before the swap, the files it takes out are stamped with the
+the table does not name is deleted once its modification time is older than ``retention``
+(core's ``unreferenced``); a committed file never is. That removes crashed writers' orphans
+and files compacted away. Just before the swap, the files it takes out are stamped with the
 current time: a reader that listed the table before the swap has ``retention`` to finish
-reading them. ``retention`` must also exceed the longest time a writer takes from
-writing a file to committing it (a handler commits right after its write; one paused
-longer than ``retention`` in between would find its file deleted).
+reading them. ``retention`` must also exceed the longest time a writer takes from writing a
+file to committing it (a handler commits right after its write; one paused longer than
+``retention`` in between would find its file deleted).
+
+The zone is a directory or ``s3://bucket/prefix`` (``open_landing_zone``); the ZoneFiles
+port lists, reads, stamps and deletes. On an object store a file's modification time is the
+store's ``LastModified`` (its clock, to the second), stamping copies the object onto itself,
+and ages are taken against this machine's clock: keep ``retention`` well above the two
+clocks' skew.
 """
 
 from __future__ import annotations
@@ -44,8 +49,11 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from adapters.parquet import LANDED_SCHEMA, LocalLandingLog, ParquetSettings, ParquetSink
-from core.table import LandedFile, TableState, pack
+from adapters.parquet import LANDED_SCHEMA, ParquetSettings, ParquetSink
+from adapters.s3 import S3ParquetSink, S3Settings
+from core.ports import ZoneFiles
+from core.table import LandedFile, TableState, pack, unreferenced
+from services.common.landing_zone import open_landing_zone
 from services.common.table import LandingTable
 
 __all__ = [
@@ -104,7 +112,7 @@ class Compaction:
     """One run of ``compact``. ``ok`` is false when a day's rows did not add up (the run
     stopped there, without deleting anything)."""
 
-    data_dir: Path
+    data_dir: str | Path
     version_before: int
     version_after: int
     days: tuple[DayCompaction, ...]
@@ -137,32 +145,32 @@ def writer_name() -> str:
 
 
 async def compact(
-    data_dir: Path,
+    data_dir: str | Path,
     *,
     today: date,
     include_today: bool = False,
     target_rows: int = DEFAULT_TARGET_ROWS,
     retention: float = DEFAULT_RETENTION,
     settings: ParquetSettings | None = None,
+    s3: S3Settings | None = None,
     clock: Callable[[], float] = time.time,
     on_step: Callable[[str], None] | None = None,
 ) -> Compaction:
-    """Compact every closed day of the table at ``data_dir`` (before ``today``, or up to it
-    with ``include_today``), then delete unreferenced files older than ``retention``
-    seconds (not when a day's rows did not add up). ``settings``: compression and row
-    groups of the new files (its ``data_dir`` is replaced). Raises ``OSError`` when the
-    disk or the log refuses (a commit that could not be confirmed may exist: its new files
-    are kept, and deleted by a later run if it does not). ``on_step`` is told what it does
-    next."""
+    """Compact every closed day of the table at ``data_dir`` (a directory or
+    ``s3://bucket/prefix``; before ``today``, or up to it with ``include_today``), then
+    delete unreferenced files older than ``retention`` seconds (not when a day's rows did
+    not add up). ``settings``: compression and row groups of the new files (its
+    ``data_dir`` is replaced); ``s3``: how to reach an object store. Raises ``OSError``
+    when the storage or the log refuses (a commit that could not be confirmed may exist:
+    its new files are kept, and deleted by a later run if it does not). ``on_step`` is
+    told what it does next."""
     if target_rows < 1:
         raise ValueError(f"target_rows must be at least 1, not {target_rows}")
     if retention < 0:
         raise ValueError(f"retention must not be negative, not {retention}")
-    base = settings or ParquetSettings()
-    sink = ParquetSink(base.model_copy(update={"data_dir": data_dir}))
     last = today.isoformat()
-    async with LocalLandingLog(data_dir) as landing_log:
-        table = LandingTable(landing_log, writer_name(), clock=clock)
+    async with open_landing_zone(data_dir, parquet=settings, s3=s3) as zone:
+        table = LandingTable(zone.log, writer_name(), clock=clock)
         state = await table.refresh()
         before = state.version
         days: list[DayCompaction] = []
@@ -172,7 +180,9 @@ async def compact(
             if on_step is not None:
                 rows = sum(f.rows for f in files)
                 on_step(f"date={day}: {len(files):,} file(s), {rows:,} rows")
-            outcome = await compact_day(table, sink, day, files, target_rows=target_rows)
+            outcome = await compact_day(
+                table, zone.sink, zone.files, day, files, target_rows=target_rows
+            )
             days.append(outcome)
             if outcome.status == "mismatch":
                 break
@@ -180,7 +190,7 @@ async def compact(
         if all(d.status != "mismatch" for d in days):
             if on_step is not None:
                 on_step(f"deleting files the table does not name, older than {retention:g} s")
-            garbage = await collect_garbage(table, data_dir, retention=retention, now=clock())
+            garbage = await collect_garbage(table, zone.files, retention=retention, now=clock())
         return Compaction(
             data_dir=data_dir,
             version_before=before,
@@ -206,39 +216,39 @@ def files_by_day(state: TableState) -> dict[str, list[LandedFile]]:
 
 async def compact_day(
     table: LandingTable,
-    sink: ParquetSink,
+    sink: ParquetSink | S3ParquetSink,
+    files: ZoneFiles,
     day: str,
-    files: Sequence[LandedFile],
+    landed: Sequence[LandedFile],
     *,
     target_rows: int = DEFAULT_TARGET_ROWS,
 ) -> DayCompaction:
-    """Merge ``files`` (the committed files of ``date={day}`` as ``table`` saw them) and swap
-    the result in with one commit through ``table``. See the module docstring."""
-    rows = sum(f.rows for f in files)
-    before = len(files)
+    """Merge ``landed`` (the committed files of ``date={day}`` as ``table`` saw them, read
+    through ``files``) into files ``sink`` writes, and swap the result in with one commit
+    through ``table``. See the module docstring."""
+    rows = sum(f.rows for f in landed)
+    before = len(landed)
 
     def outcome(status: DayStatus, after: int, note: str = "") -> DayCompaction:
         return DayCompaction(day, status, before, after, rows, note)
 
     if before <= 1 or math.ceil(rows / target_rows) >= before:
         return outcome("skipped", before, "no smaller file count possible")
-    bins = pack(files, target_rows)
+    bins = pack(landed, target_rows)
     merged = [b for b in bins if len(b) > 1]
     after = len(bins)
     if after >= before:
         return outcome("skipped", before, "no smaller file count possible")
-    root = sink.settings.data_dir
     written: list[LandedFile] = []
     try:
         for group in merged:
-            data = await anyio.to_thread.run_sync(_read_sorted, root, group)
-            if data is None:
+            read, wrong = await _read_sorted(files, group)
+            if read is None:
                 await _discard(sink, written)
-                note = await anyio.to_thread.run_sync(_mismatch_note, root, group)
-                return outcome("mismatch", before, note)
-            written.append(await sink.write_table(day, data, writer="compact"))
-            del data
-        counted = await anyio.to_thread.run_sync(_footer_rows, root, written)
+                return outcome("mismatch", before, "; ".join(wrong) + ": not committed")
+            written.append(await sink.write_table(day, read, writer="compact"))
+            del read
+        counted = sum([await _footer_rows(files, f) for f in written])
         expected = sum(sum(f.rows for f in group) for group in merged)
         if counted != expected:
             await _discard(sink, written)
@@ -247,7 +257,7 @@ async def compact_day(
             )
         removed = [f.path for group in merged for f in group]
         # Stamp what the swap takes out: readers that listed it get ``retention`` from now.
-        await anyio.to_thread.run_sync(_touch, root, removed)
+        await files.stamp(removed)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await _discard(sink, written)
@@ -261,80 +271,63 @@ async def compact_day(
 
 
 async def collect_garbage(
-    table: LandingTable, data_dir: Path, *, retention: float, now: float
+    table: LandingTable, files: ZoneFiles, *, retention: float, now: float
 ) -> Garbage:
     """Delete the files in ``date=`` folders that the table (refreshed here) does not name
     and that were last modified more than ``retention`` seconds before ``now``."""
     state = await table.refresh()
-    return await anyio.to_thread.run_sync(_delete_unreferenced, data_dir, state, now - retention)
+    deletable, kept = unreferenced(state, await files.listing(), now - retention)
+    await files.delete([f.path for f in deletable])
+    return Garbage(
+        deleted=tuple(f.path for f in deletable),
+        deleted_bytes=sum(f.size for f in deletable),
+        kept=kept,
+    )
+
+
+async def _read_sorted(
+    files: ZoneFiles, group: Sequence[LandedFile]
+) -> tuple[pa.Table | None, list[str]]:
+    """The rows of ``group``, sorted; (None, what is wrong) when a file does not hold the
+    rows the table says it does, or cannot be read as Parquet."""
+    tables = []
+    wrong = []
+    for landed in group:
+        try:
+            data = await anyio.to_thread.run_sync(_decode, await files.read(landed.path))
+        except FileNotFoundError:
+            wrong.append(f"{landed.path} is missing")
+            continue
+        except pa.ArrowException as exc:
+            wrong.append(f"{landed.path}: {exc}")
+            continue
+        if data.num_rows != landed.rows:
+            wrong.append(
+                f"{landed.path} holds {data.num_rows:,} rows, the table says {landed.rows:,}"
+            )
+        tables.append(data)
+    if wrong:
+        return None, wrong
+    return await anyio.to_thread.run_sync(_concat_sorted, tables), []
+
+
+async def _footer_rows(files: ZoneFiles, landed: LandedFile) -> int:
+    data = await files.read(landed.path)
+    return await anyio.to_thread.run_sync(lambda: pq.read_metadata(pa.BufferReader(data)).num_rows)
 
 
 # -- in a worker thread ------------------------------------------------------------------
 
 
-def _read_sorted(root: Path, files: Sequence[LandedFile]) -> pa.Table | None:
-    """The rows of ``files``, sorted; None when a file does not hold the rows the table
-    says it does."""
-    tables = []
-    for landed in files:
-        data = pq.read_table(root / landed.path).select(LANDED_SCHEMA.names).cast(LANDED_SCHEMA)
-        if data.num_rows != landed.rows:
-            return None
-        tables.append(data)
+def _decode(data: bytes) -> pa.Table:
+    read = pq.read_table(pa.BufferReader(data))
+    return read.select(LANDED_SCHEMA.names).cast(LANDED_SCHEMA)
+
+
+def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables).sort_by(SORT_KEYS).combine_chunks()
 
 
-def _mismatch_note(root: Path, files: Sequence[LandedFile]) -> str:
-    wrong = []
-    for landed in files:
-        try:
-            found = pq.read_metadata(root / landed.path).num_rows
-        except (OSError, pa.ArrowException) as exc:
-            wrong.append(f"{landed.path}: {exc}")
-            continue
-        if found != landed.rows:
-            wrong.append(f"{landed.path} holds {found:,} rows, the table says {landed.rows:,}")
-    return "; ".join(wrong) + ": not committed"
-
-
-def _footer_rows(root: Path, files: Sequence[LandedFile]) -> int:
-    return sum(pq.read_metadata(root / landed.path).num_rows for landed in files)
-
-
-def _touch(root: Path, paths: Sequence[str]) -> None:
-    for path in paths:
-        os.utime(root / path)
-
-
-def _delete_unreferenced(root: Path, state: TableState, older_than: float) -> Garbage:
-    deleted: list[str] = []
-    size = kept = 0
-    for folder in sorted(root.glob("date=*")):
-        if not folder.is_dir():
-            continue
-        for entry in sorted(folder.iterdir()):
-            name = entry.name
-            if not (name.endswith(".parquet") or (name.startswith(".") and name.endswith(".tmp"))):
-                continue
-            path = entry.relative_to(root).as_posix()
-            if path in state.files or not entry.is_file():
-                continue
-            try:
-                stat = entry.stat()
-            except FileNotFoundError:
-                continue
-            if stat.st_mtime >= older_than:
-                kept += 1
-                continue
-            try:
-                entry.unlink()
-            except FileNotFoundError:
-                continue
-            deleted.append(path)
-            size += stat.st_size
-    return Garbage(deleted=tuple(deleted), deleted_bytes=size, kept=kept)
-
-
-async def _discard(sink: ParquetSink, files: Sequence[LandedFile]) -> None:
+async def _discard(sink: ParquetSink | S3ParquetSink, files: Sequence[LandedFile]) -> None:
     if files:
         await sink.discard(files)

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
@@ -141,6 +141,9 @@ class Landing:
     s3: S3Settings
 
 
+COLUMNS = ["message_id", "received_at"]
+
+
 @dataclass
 class Zone:
     """The landed files, read once each (files are never rewritten once visible). On S3,
@@ -151,6 +154,15 @@ class Zone:
     files: dict[PurePath, tuple[int, float]] = field(default_factory=dict)  # rows, mtime
     ids: set[str] = field(default_factory=set)  # distinct message_id landed
     rows: int = 0
+    delays: dict[PurePath, list[float]] = field(default_factory=dict)  # visible - received
+
+    def latencies(self, files: Iterable[PurePath]) -> tuple[float, float]:
+        """p50 and p99 of (file visible - message received at the gateway) over ``files``'
+        rows, in seconds."""
+        values = sorted(d for path in files for d in self.delays[path])
+        if not values:
+            return 0.0, 0.0
+        return values[len(values) // 2], values[min(len(values) - 1, int(len(values) * 0.99))]
 
     async def refresh(self) -> int:
         """Read the files committed since; the count of distinct messages landed. (Only
@@ -163,16 +175,18 @@ class Zone:
                 self.files[key] = (table.num_rows, mtime)
                 self.rows += table.num_rows
                 self.ids.update(table.column("message_id").to_pylist())
+                micros = pc.cast(table.column("received_at"), "int64").to_pylist()
+                self.delays[key] = [mtime - us / 1e6 for us in micros]
         return len(self.ids)
 
     def _read(self, name: str) -> tuple[pa.Table, float]:
         if self.s3 is None:
             path = Path(self.data_dir) / name
-            return pq.read_table(path, columns=["message_id"]), path.stat().st_mtime
+            return pq.read_table(path, columns=COLUMNS), path.stat().st_mtime
         where = S3Location.parse(str(self.data_dir))
         answer = s3_client(self.s3).get_object(Bucket=where.bucket, Key=where.key(name))
         body = pa.BufferReader(answer["Body"].read())
-        return pq.read_table(body, columns=["message_id"]), answer["LastModified"].timestamp()
+        return pq.read_table(body, columns=COLUMNS), answer["LastModified"].timestamp()
 
     @property
     def duplicates(self) -> int:
@@ -193,19 +207,6 @@ def file_rows(files: Mapping[PurePath, tuple[int, float]]) -> tuple[float, float
     if not counts:
         return 0.0, 0.0
     return statistics.median(counts), counts[max(0, int(len(counts) * 0.1) - 1)]
-
-
-def latencies(files: Mapping[PurePath, tuple[int, float]]) -> tuple[float, float]:
-    """p50 and p99 of (file visible - message received at the gateway), in seconds."""
-    values: list[float] = []
-    for path, (_, mtime) in files.items():
-        received = pq.read_table(path, columns=["received_at"]).column("received_at")
-        micros = pc.cast(received, "int64").to_pylist()
-        values.extend(mtime - us / 1e6 for us in micros)
-    if not values:
-        return 0.0, 0.0
-    values.sort()
-    return values[len(values) // 2], values[min(len(values) - 1, int(len(values) * 0.99))]
 
 
 def memory_of(pid: int) -> Memory:
@@ -448,7 +449,7 @@ async def s3_run(servers: Servers, messages: int, work: Path, raw: float) -> Thr
     finally:
         await anyio.to_thread.run_sync(minio.stop)
     median, p10 = file_rows(zone.files)
-    p50, p99 = latencies(zone.files)
+    p50, p99 = zone.latencies(zone.files)
     return Throughput(
         "nats",
         "durable, on S3",
@@ -482,7 +483,7 @@ async def steady_and_rebalance(
         await zone.until_rows(count, within=ROLL_AGE * 3 + 30)
         window = zone.since(start)
         median, p10 = file_rows(window)
-        p50, p99 = latencies(window)
+        p50, p99 = zone.latencies(window)
         steady = Steady(STEADY_RATE, len(zone.ids), median, p10, p50, p99)
 
         stop = anyio.Event()
@@ -657,7 +658,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         transport, servers, args.messages, work / f"{transport}-{mode}"
                     )
                     median, p10 = file_rows(zone.files)
-                    p50, p99 = latencies(zone.files)
+                    p50, p99 = zone.latencies(zone.files)
                     runs.append(
                         Throughput(
                             transport,

@@ -306,6 +306,15 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
     # Exactly once: the kills left no message landed twice (the audit agrees above).
     assert not dupes, f"{len(dupes)} messages landed more than once, e.g. {sorted(dupes)[:5]}"
 
+    # Compacted as an operator would (today included: the run landed today), the table
+    # holds the same rows in fewer files.
+    compaction = run_cli(cluster, "compact", "--include-today")
+    print(f"E2E compaction[{figures['backends']}]: {compaction['dates']}")
+    assert compaction["ok"] and compaction["version_after"] == compaction["version_before"] + 1
+    await anyio.to_thread.run_sync(zone.refresh)
+    assert zone.files == sum(d["files_after"] for d in compaction["dates"]) < figures["files"]
+    assert zone.ids() == ids
+
 
 # --- a'. exactly once under repeated kills ------------------------------------------------
 
@@ -435,19 +444,24 @@ async def test_nothing_is_lost_or_duplicated_when_the_object_store_stops(
 
 
 def run_audit(cluster: Cluster) -> dict[str, Any]:
-    """``shoal analytics audit ZONE --drain-marker --ledger LEDGER --json`` in a subprocess
-    (with the cluster's SHOAL_S3_* settings when the zone is on S3)."""
+    """``shoal analytics audit ZONE --drain-marker --ledger LEDGER --json``."""
+    return run_cli(
+        cluster, "audit", "--drain-marker", "--ledger", str(cluster.data_dir / "_ledger")
+    )
+
+
+def run_cli(cluster: Cluster, command: str, *options: str) -> dict[str, Any]:
+    """``shoal analytics COMMAND ZONE OPTIONS --json`` in a subprocess (with the cluster's
+    SHOAL_S3_* settings when the zone is on S3): its JSON, once it exits 0."""
     done = subprocess.run(
         [
             sys.executable,
             "-m",
             "services.cli.main",
             "analytics",
-            "audit",
+            command,
             str(cluster.zone),
-            "--drain-marker",
-            "--ledger",
-            str(cluster.data_dir / "_ledger"),
+            *options,
             "--json",
         ],
         env={**os.environ, **cluster.extra_env},
@@ -456,7 +470,7 @@ def run_audit(cluster: Cluster) -> dict[str, Any]:
         timeout=300,
         check=False,
     )
-    assert done.returncode == 0, f"audit exited {done.returncode}: {done.stderr[-2000:]}"
+    assert done.returncode == 0, f"{command} exited {done.returncode}: {done.stderr[-2000:]}"
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 

@@ -21,7 +21,13 @@ import anyio.to_thread
 import pyarrow.parquet as pq
 import pytest
 
-from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink, to_table
+from adapters.parquet import (
+    LocalLandingLog,
+    LocalZoneFiles,
+    ParquetSettings,
+    ParquetSink,
+    to_table,
+)
 from adapters.spark import AuditResult, SparkAnalytics
 from core.table import LandedFile, TableState
 from services.cli._compact import (
@@ -179,7 +185,9 @@ async def test_a_racing_compactor_loses_cleanly(zone: Path) -> None:
         winner = await committed_state(zone)
         disk = on_disk(zone)
         sink = ParquetSink(ParquetSettings(data_dir=zone))
-        lost = await compact_day(slow, sink, CLOSED, files, target_rows=TARGET)
+        lost = await compact_day(
+            slow, sink, LocalZoneFiles(zone), CLOSED, files, target_rows=TARGET
+        )
     assert lost == DayCompaction(CLOSED, "raced", 25, 25, seen.rows() - TODAY_ROWS, lost.note)
     assert "another compactor" in lost.note
     assert on_disk(zone) == disk  # its merged files are deleted

@@ -14,10 +14,13 @@ from core.table import (
     CHECKPOINT_EVERY,
     Commit,
     LandedFile,
+    StoredFile,
     TableState,
     checkpoint_due,
+    in_date_folder,
     pack,
     plan_landing,
+    unreferenced,
 )
 
 LOGS = ("nats:S@t1#0", "nats:S@t1#1", "kafka:c/t#0")
@@ -159,3 +162,45 @@ def test_pack_keeps_every_file_once_and_bins_within_the_target(
     # First fit: no two bins of several files could have been one.
     small = [sum(f.rows for f in b) for b in bins]
     assert sum(1 for n in small if n * 2 <= target) <= 1 or target < 2
+
+
+def test_what_a_zone_listing_holds() -> None:
+    assert in_date_folder("date=2026-11-21/h1-ab.parquet")
+    assert in_date_folder("date=2026-11-21/.h1-ab.tmp")
+    for other in (
+        "date=2026-11-21/sub/h1.parquet",
+        "date=2026-11-21/notes.txt",
+        "date=2026-11-21/h1.tmp",  # a temporary file is hidden
+        "date=2026-11-21/",
+        "_shoal/log/00000000000000000001.json",
+        "h1.parquet",
+        "day=2026-11-21/h1.parquet",
+    ):
+        assert not in_date_folder(other), other
+
+
+stored_files = st.lists(
+    st.builds(
+        StoredFile,
+        st.sampled_from([f"date=2026-11-2{d}/f{n}.parquet" for d in (1, 2) for n in range(6)]),
+        st.integers(0, 10_000),
+        st.floats(0, 100, allow_nan=False),
+    ),
+    unique_by=lambda f: f.path,
+    max_size=12,
+)
+
+
+@given(stored_files, st.data(), st.floats(0, 100, allow_nan=False))
+def test_garbage_is_every_unnamed_file_older_than_the_cut_and_nothing_named(
+    stored: list[StoredFile], data: st.DataObject, older_than: float
+) -> None:
+    named = data.draw(st.sets(st.sampled_from([f.path for f in stored]))) if stored else set()
+    state = TableState(files={p: LandedFile(p, 1) for p in named})
+    deletable, kept = unreferenced(state, stored, older_than)
+    assert deletable == sorted(
+        (f for f in stored if f.path not in named and f.modified < older_than),
+        key=lambda f: f.path,
+    )
+    assert kept == sum(1 for f in stored if f.path not in named and f.modified >= older_than)
+    assert not {f.path for f in deletable} & named
