@@ -7,8 +7,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
+from core.coordination import Hold
 from core.model import Assignment, MemberId
-from core.ports import Hold
 
 __all__ = ["ClaimAction", "ClaimDecision", "decide_claim", "needs_rebalance"]
 

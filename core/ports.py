@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.coordination import Hold
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.table import Commit, LandedFile, StoredFile, TableState
@@ -22,7 +23,6 @@ __all__ = [
     "AssignmentStore",
     "Delivery",
     "Election",
-    "Hold",
     "LandingLog",
     "LeaderInfo",
     "Leadership",
@@ -121,19 +121,6 @@ class Election(Protocol):
     async def leader(self) -> LeaderInfo | None:
         """Who leads now, if anyone."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """Who is processing a partition right now (the handoff lock), and since which generation.
-
-    ``version`` is the store's opaque version of the record, used for compare-and-set.
-    """
-
-    partition: Partition
-    member_id: MemberId
-    generation: int
-    version: int
 
 
 class AssignmentStore(Protocol):

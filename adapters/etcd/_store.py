@@ -23,9 +23,9 @@ from adapters.etcd._codec import (
     encode_hold,
 )
 from adapters.etcd._watch import watch_snapshots
+from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
-from core.ports import Hold
 
 __all__ = ["EtcdAssignmentStore"]
 

@@ -42,134 +42,61 @@ from adapters._json import assignment_from_json, loads_object
 from adapters.kafka._coord_codec import dumps
 from adapters.kafka._coord_tail import Appender, TopicTail
 from adapters.kafka._settings import KafkaSettings
+from core.coordination import Applied, CoordinationState, Leader
 from core.errors import StoreUnavailableError
-from core.model import Assignment, MemberId, Partition
-from core.ports import Hold
+from core.model import Assignment
 
-__all__ = ["CoordLog", "LeaderRecord", "LogState", "Outcome"]
+__all__ = ["CoordLog", "LogState"]
 
 _log = logging.getLogger("shoal.adapters.kafka.coord")
 _HISTORY = 256  # published assignments kept for watchers that fall behind
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    ok: bool
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderRecord:
-    id: MemberId
-    inc: str
-    term: int
-
-
 @dataclass
 class LogState:
-    """The replayed state; ``apply`` is the only mutator and a pure function of the log."""
+    """The replayed state: ``core.coordination``'s model fed with the log's records in
+    order, so every reader decides every request the same way."""
 
-    leader: LeaderRecord | None = None
-    max_term: int = 0
-    assignments: deque[tuple[Assignment, int]] = field(
-        default_factory=lambda: deque(maxlen=_HISTORY)
-    )
-    holds: dict[Partition, Hold] = field(default_factory=dict)
-    projects: dict[Partition, set[str]] = field(default_factory=dict)
+    model: CoordinationState = field(default_factory=CoordinationState)
+    history: deque[Assignment] = field(default_factory=lambda: deque(maxlen=_HISTORY))
 
-    @property
-    def assignment(self) -> Assignment | None:
-        return self.assignments[-1][0] if self.assignments else None
-
-    def apply(self, offset: int, record: Mapping[str, Any]) -> Outcome:
+    def apply(self, offset: int, record: Mapping[str, Any]) -> Applied:
         """Apply one record; its outcome. Raises ``ValueError`` for a malformed record."""
-        op = record.get("op")
+        applied = self._decide(offset, record)
+        self.model = applied.state
+        if applied.accepted and record.get("op") == "publish" and self.model.assignment:
+            self.history.append(self.model.assignment)
+        return applied
+
+    def _decide(self, offset: int, record: Mapping[str, Any]) -> Applied:
+        model, op = self.model, record.get("op")
         try:
             if op == "lead":
-                return self._lead(
-                    LeaderRecord(str(record["id"]), str(record["inc"]), _int(record, "term"))
+                return model.lead(
+                    Leader(str(record["id"]), _int(record, "term"), str(record["inc"]))
                 )
             if op == "depose":
-                term = _int(record, "term")
-                if self.leader is not None and self.leader.term == term:
-                    self.leader = None
-                    return Outcome(True)
-                return Outcome(True, "not the current term")
+                return model.vacate(_int(record, "term"))
             if op == "publish":
-                return self._publish(
-                    _int(record, "term"), assignment_from_json(record["assignment"])
+                return model.publish(
+                    assignment_from_json(record["assignment"]), _int(record, "term")
                 )
             if op == "claim":
                 replacing = record.get("replacing")
-                return self._claim(
-                    offset,
+                return model.claim(
                     _int(record, "p"),
                     str(record["member"]),
                     _int(record, "generation"),
-                    None if replacing is None else int(replacing),
+                    replacing=None if replacing is None else int(replacing),
+                    version=offset,
                 )
             if op == "release":
-                partition, member = _int(record, "p"), str(record["member"])
-                hold = self.holds.get(partition)
-                if hold is not None and hold.member_id == member:
-                    del self.holds[partition]
-                    return Outcome(True)
-                return Outcome(True, "not held by this member")
+                return model.release(_int(record, "p"), str(record["member"]))
             if op == "project":
-                projects = self.projects.setdefault(_int(record, "p"), set())
-                project = str(record["project"])
-                if project in projects:
-                    return Outcome(False, "already registered")
-                projects.add(project)
-                return Outcome(True)
+                return model.register_project(_int(record, "p"), str(record["project"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed {op} record: {exc!r}") from exc
         raise ValueError(f"unknown operation {op!r}")
-
-    def _lead(self, leader: LeaderRecord) -> Outcome:
-        if leader == self.leader:
-            return Outcome(True)
-        if leader.term <= self.max_term:
-            return Outcome(False, f"term {leader.term} is not above {self.max_term}")
-        self.leader = leader
-        self.max_term = leader.term
-        return Outcome(True)
-
-    def _publish(self, term: int, assignment: Assignment) -> Outcome:
-        if self.leader is None:
-            return Outcome(False, f"term {term} is not current: nobody leads now")
-        if self.leader.term != term:
-            return Outcome(
-                False,
-                f"term {term} is not current: {self.leader.id!r} leads with term "
-                f"{self.leader.term}",
-            )
-        if self.assignments:
-            stored, stored_term = self.assignments[-1]
-            if assignment.generation <= stored.generation:
-                return Outcome(
-                    False,
-                    f"generation {assignment.generation} is not above the stored generation "
-                    f"{stored.generation} (published by term {stored_term})",
-                )
-        self.assignments.append((assignment, term))
-        return Outcome(True)
-
-    def _claim(
-        self,
-        offset: int,
-        partition: Partition,
-        member: MemberId,
-        generation: int,
-        replacing: int | None,
-    ) -> Outcome:
-        current = self.holds.get(partition)
-        if replacing is None and current is not None:
-            return Outcome(False, f"held by {current.member_id}")
-        if replacing is not None and (current is None or current.version != replacing):
-            return Outcome(False, "the observed hold changed")
-        self.holds[partition] = Hold(partition, member, generation, version=offset)
-        return Outcome(True)
 
 
 def _int(record: Mapping[str, Any], key: str) -> int:
@@ -194,7 +121,7 @@ class CoordLog:
         self.state = LogState()
         self._appender = Appender(settings, topic)
         self._tail = TopicTail(settings, topic, self._on_record, on_change) if tail else None
-        self._waiting: dict[str, Outcome | None] = {}
+        self._waiting: dict[str, Applied | None] = {}
 
     @property
     def changes(self) -> Any:
@@ -223,7 +150,7 @@ class CoordLog:
         """Append without waiting for the outcome (a write-only log's only way)."""
         await self._appender.append(op.encode(), dumps({"op": op, "rid": "", **fields}))
 
-    async def request(self, op: str, **fields: object) -> Outcome:
+    async def request(self, op: str, **fields: object) -> Applied:
         """Append a request and return its outcome once this reader applied it.
 
         Raises ``StoreUnavailableError`` when it could not be confirmed within

@@ -86,7 +86,7 @@ class GroupParticipant(KafkaCoordinationAdapter):
             stats=stats if stats is not None else MemberStats(),
             strategy=self.strategy,
             options=self.options,
-            log_term=lambda: log_state.max_term,
+            log_term=lambda: log_state.model.max_term,
         )
         return GroupSession(
             settings=self.settings,

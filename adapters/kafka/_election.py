@@ -27,9 +27,9 @@ import time
 import anyio
 
 from adapters.kafka._coord_codec import CANDIDATE, Broadcast, LeaderSeat
-from adapters.kafka._coord_log import LeaderRecord
 from adapters.kafka._coord_participant import GroupParticipant
 from adapters.kafka._group import GroupSession
+from core.coordination import Leader
 from core.errors import ShoalError
 from core.model import MemberId
 from core.ports import LeaderInfo
@@ -45,7 +45,7 @@ class KafkaLeadership:
     def __init__(self, election: KafkaElection, session: GroupSession, term: int) -> None:
         self._election = election
         self._session = session
-        self._record = LeaderRecord(session.assignor.member_id, session.assignor.incarnation, term)
+        self._record = Leader(session.assignor.member_id, term, session.assignor.incarnation)
         self._lost = anyio.Event()
         self._reason = ""
         self._resigned = False
@@ -56,7 +56,7 @@ class KafkaLeadership:
 
     @property
     def leader_id(self) -> MemberId:
-        return self._record.id
+        return self._record.leader_id
 
     @property
     def kafka_member_id(self) -> str:
@@ -101,12 +101,12 @@ class KafkaLeadership:
             return f"session lost: {session.lost_reason or 'not renewed within its TTL'}"
         named = None if session.broadcast is None else session.broadcast.leader
         if named is None or (named.id, named.inc, named.term) != (
-            self._record.id,
-            self._record.inc,
+            self._record.leader_id,
+            self._record.incarnation,
             self._record.term,
         ):
             return "the group names another leader"
-        if self._election.log.state.leader != self._record:
+        if self._election.log.state.model.leader != self._record:
             return "the log names another leader"
         return ""
 
@@ -126,7 +126,7 @@ class KafkaLeadership:
         if self._resigned:
             return
         with anyio.CancelScope(shield=True):
-            if election.log.state.leader == self._record:
+            if election.log.state.model.leader == self._record:
                 try:
                     await election.log.post("depose", term=self.term)
                 except ShoalError as exc:
@@ -169,13 +169,13 @@ class KafkaElection(GroupParticipant):
             changed = self.changes.event()
             named = _named(session.broadcast)
             if named is not None and (named.id, named.inc) == me and named.term != refused:
-                record = LeaderRecord(named.id, named.inc, named.term)
-                if self.log.state.leader == record:
+                record = Leader(named.id, named.term, named.inc)
+                if self.log.state.model.leader == record:
                     return named.term
                 outcome = await self.log.request(
                     "lead", id=named.id, inc=named.inc, term=named.term
                 )
-                if outcome.ok:
+                if outcome.accepted:
                     return named.term
                 _log.info("term %d refused by the log (%s): rejoining", named.term, outcome.reason)
                 refused = named.term

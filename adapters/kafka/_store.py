@@ -16,9 +16,9 @@ from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
+from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
-from core.ports import Hold
 
 __all__ = ["KafkaAssignmentStore"]
 
@@ -45,12 +45,12 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
         outcome = await self.log.request(
             "publish", term=term, assignment=assignment_to_json(assignment)
         )
-        if not outcome.ok:
+        if not outcome.accepted:
             raise FencedError(outcome.reason)
 
     async def current(self) -> Assignment | None:
         await self.log.sync()
-        return self.log.state.assignment
+        return self.log.state.model.assignment
 
     async def watch(self) -> AsyncIterator[Assignment]:
         """The stored assignment, then every newer generation in order (the last 256 are
@@ -60,7 +60,7 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
         state = self.log.state
         while True:
             changed = self.changes.event()
-            history = [a for a, _ in state.assignments]
+            history = list(state.history)
             if last is None:
                 history = history[-1:]
             for assignment in history:
@@ -71,13 +71,13 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
 
     async def holds(self) -> Mapping[Partition, Hold]:
         await self.log.sync()
-        return dict(sorted(self.log.state.holds.items()))
+        return dict(sorted(self.log.state.model.holds.items()))
 
     async def watch_holds(self) -> AsyncIterator[Mapping[Partition, Hold]]:
         last: dict[Partition, Hold] | None = None
         while True:
             changed = self.changes.event()
-            holds = dict(sorted(self.log.state.holds.items()))
+            holds = dict(sorted(self.log.state.model.holds.items()))
             if holds != last:
                 last = holds
                 yield dict(holds)
@@ -95,23 +95,23 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
             generation=generation,
             replacing=None if replacing is None else replacing.version,
         )
-        return outcome.ok
+        return outcome.accepted
 
     async def release(self, partition: Partition, member_id: MemberId) -> None:
-        hold = self.log.state.holds.get(partition)
+        hold = self.log.state.model.holds.get(partition)
         if hold is None or hold.member_id != member_id:
             await self.log.sync()  # maybe we have not read it yet
-            hold = self.log.state.holds.get(partition)
+            hold = self.log.state.model.holds.get(partition)
             if hold is None or hold.member_id != member_id:
                 return
         await self.log.request("release", p=partition, member=member_id)
 
     async def register_project(self, partition: Partition, project_id: str) -> bool:
-        if project_id in self.log.state.projects.get(partition, ()):
+        if project_id in self.log.state.model.projects.get(partition, ()):
             return False
         outcome = await self.log.request("project", p=partition, project=project_id)
-        return outcome.ok
+        return outcome.accepted
 
     async def projects(self, partition: Partition) -> frozenset[str]:
         await self.log.sync()
-        return frozenset(self.log.state.projects.get(partition, ()))
+        return frozenset(self.log.state.model.projects.get(partition, ()))

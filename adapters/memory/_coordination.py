@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from collections import deque
 
 import anyio
 from anyio.abc import TaskStatus
 
+from core.coordination import Applied, CoordinationState
 from core.errors import StoreUnavailableError
-from core.model import Assignment, MemberId, MemberStats, Partition
-from core.ports import Hold
+from core.model import Assignment, MemberId
 
 __all__ = ["InMemoryCoordination", "MemoryLease"]
 
@@ -82,34 +82,21 @@ class MemoryLease:
                     next_at = now + min(interval, 0.05)
 
 
-@dataclass(frozen=True, slots=True)
-class MemberRecord:
-    stats: MemberStats
-    lease: MemoryLease
-    created: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderRecord:
-    leader_id: MemberId
-    term: int
-    lease: MemoryLease
-
-
 class InMemoryCoordination:
     """The state every in-memory coordination adapter of one "cluster" shares.
 
     Create one per test (or per ``shoal up --coordination memory``) and hand it to
-    ``InMemoryMembership``, ``InMemoryElection`` and ``InMemoryAssignmentStore``.
+    ``InMemoryMembership``, ``InMemoryElection`` and ``InMemoryAssignmentStore``. The
+    rules are ``core.coordination``'s: this class only adds what a store adds to them
+    (a revision counter for versions and terms, leases with deadlines, change events).
     """
 
     def __init__(self) -> None:
         self.revision = 0
-        self.members: dict[MemberId, MemberRecord] = {}
-        self.leader: LeaderRecord | None = None
-        self.assignments: list[tuple[Assignment, int]] = []  # (assignment, term), oldest first
-        self.holds: dict[Partition, Hold] = {}
-        self.projects: dict[Partition, set[str]] = {}
+        self.model = CoordinationState()
+        self.history: deque[Assignment] = deque(maxlen=_HISTORY)
+        self.member_leases: dict[MemberId, MemoryLease] = {}
+        self.leader_lease: MemoryLease | None = None
         self.available = True
         self._changed: anyio.Event | None = None
 
@@ -117,9 +104,9 @@ class InMemoryCoordination:
 
     def expire(self, owner_id: MemberId) -> None:
         """End every lease of ``owner_id`` (its member and its leadership) as a TTL would."""
-        leases = [r.lease for r in self.members.values() if r.lease.owner_id == owner_id]
-        if self.leader is not None and self.leader.lease.owner_id == owner_id:
-            leases.append(self.leader.lease)
+        leases = [lease for lease in self.member_leases.values() if lease.owner_id == owner_id]
+        if self.leader_lease is not None and self.leader_lease.owner_id == owner_id:
+            leases.append(self.leader_lease)
         for lease in leases:
             lease.end("expired (InMemoryCoordination.expire)")
 
@@ -134,11 +121,13 @@ class InMemoryCoordination:
         if not self.available:
             raise StoreUnavailableError(f"in-memory store unavailable ({what})")
 
-    def bump(self) -> int:
-        """Advance the revision for a write and wake every watcher; the new revision."""
-        self.revision += 1
-        self.notify()
-        return self.revision
+    def apply(self, applied: Applied) -> bool:
+        """Keep an accepted write's state (one revision further, watchers woken)."""
+        if applied.accepted and applied.state is not self.model:
+            self.model = applied.state
+            self.revision += 1
+            self.notify()
+        return applied.accepted
 
     def notify(self) -> None:
         if self._changed is not None:
@@ -153,16 +142,11 @@ class InMemoryCoordination:
 
     def drop_lease(self, lease: MemoryLease) -> None:
         """Delete what ``lease`` holds (its member record, the leader key)."""
-        dropped = [m for m, r in self.members.items() if r.lease is lease]
-        for member_id in dropped:
-            del self.members[member_id]
-        if self.leader is not None and self.leader.lease is lease:
-            self.leader = None
-            dropped.append("leader")
-        if dropped:
-            self.bump()
-
-    def publish(self, assignment: Assignment, term: int) -> None:
-        self.assignments.append((assignment, term))
-        del self.assignments[:-_HISTORY]
-        self.bump()
+        for member_id, held in list(self.member_leases.items()):
+            if held is lease:
+                del self.member_leases[member_id]
+                self.apply(self.model.leave(member_id))
+        if self.leader_lease is lease:
+            self.leader_lease = None
+            if self.model.leader is not None:
+                self.apply(self.model.vacate(self.model.leader.term))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from anyio.lowlevel import checkpoint
 
 from adapters.memory._base import MemoryAdapter
-from adapters.memory._coordination import InMemoryCoordination, LeaderRecord, MemoryLease
+from adapters.memory._coordination import InMemoryCoordination, MemoryLease
+from core.coordination import Leader
 from core.model import MemberId
 from core.ports import LeaderInfo
 
@@ -49,18 +50,21 @@ class InMemoryElection(MemoryAdapter):
             await self._step("campaign")
             if self._vacant():
                 lease = await self._new_lease(candidate_id, ttl)
-                if self._vacant():  # nobody won while the lease was granted
-                    term = self.state.bump()
-                    self.state.leader = LeaderRecord(candidate_id, term, lease)
+                term = self.state.revision + 1
+                # Refused when somebody won while the lease was granted.
+                if self._vacant() and self.state.apply(
+                    self.state.model.lead(Leader(candidate_id, term))
+                ):
+                    self.state.leader_lease = lease
                     return InMemoryLeadership(self.state, lease, term)
                 lease.end("revoked")
             else:
                 await changed.wait()
 
     def _vacant(self) -> bool:
-        return self.state.leader is None
+        return self.state.model.leader is None
 
     async def leader(self) -> LeaderInfo | None:
         await self._step("leader")
-        record = self.state.leader
-        return None if record is None else LeaderInfo(record.leader_id, record.term)
+        leader = self.state.model.leader
+        return None if leader is None else LeaderInfo(leader.leader_id, leader.term)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from anyio.lowlevel import checkpoint
 
 from adapters.memory._base import MemoryAdapter
-from adapters.memory._coordination import InMemoryCoordination, MemberRecord, MemoryLease
+from adapters.memory._coordination import InMemoryCoordination, MemoryLease
 from core.errors import LeaseLostError, MemberExistsError
 from core.model import MemberId, MemberStats
 
@@ -15,10 +15,9 @@ __all__ = ["InMemoryMembership", "InMemoryMembershipLease"]
 
 
 class InMemoryMembershipLease:
-    def __init__(self, state: InMemoryCoordination, lease: MemoryLease, created: int) -> None:
+    def __init__(self, state: InMemoryCoordination, lease: MemoryLease) -> None:
         self._state = state
         self._lease = lease
-        self._created = created
 
     @property
     def member_id(self) -> MemberId:
@@ -39,12 +38,10 @@ class InMemoryMembershipLease:
         if self._lease.is_lost():
             raise LeaseLostError(f"member {self.member_id}: lease lost ({self._lease.reason})")
         self._state.check("update")
-        record = self._state.members.get(self.member_id)
-        if record is None or record.lease is not self._lease:
+        if self._state.member_leases.get(self.member_id) is not self._lease:
             self._lease.end("member record deleted or replaced")
             raise LeaseLostError(f"member {self.member_id}: its record is gone")
-        self._state.members[self.member_id] = MemberRecord(stats, self._lease, record.created)
-        self._state.bump()
+        self._state.apply(self._state.model.update(self.member_id, stats))
 
     async def leave(self) -> None:
         await checkpoint()
@@ -56,16 +53,15 @@ class InMemoryMembership(MemoryAdapter):
         self, member_id: MemberId, stats: MemberStats, ttl: float
     ) -> InMemoryMembershipLease:
         await self._step("join")
-        if member_id in self.state.members:
+        if member_id in self.state.model.members:
             raise MemberExistsError(f"member {member_id!r} is already live")
         lease = await self._new_lease(member_id, ttl)
-        if member_id in self.state.members:  # joined meanwhile
+        applied = self.state.model.join(member_id, stats)
+        if not self.state.apply(applied):  # joined meanwhile
             lease.end("revoked")
-            raise MemberExistsError(f"member {member_id!r} is already live")
-        created = self.state.revision + 1
-        self.state.members[member_id] = MemberRecord(stats, lease, created)
-        self.state.bump()
-        return InMemoryMembershipLease(self.state, lease, created)
+            raise MemberExistsError(applied.reason)
+        self.state.member_leases[member_id] = lease
+        return InMemoryMembershipLease(self.state, lease)
 
     async def members(self) -> Mapping[MemberId, MemberStats]:
         await self._step("members")
@@ -83,4 +79,4 @@ class InMemoryMembership(MemoryAdapter):
             await changed.wait()
 
     def _snapshot(self) -> dict[MemberId, MemberStats]:
-        return {m: r.stats for m, r in sorted(self.state.members.items())}
+        return dict(sorted(self.state.model.members.items()))

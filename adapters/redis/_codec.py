@@ -20,8 +20,9 @@ from adapters._json import (
     stats_from_json,
     stats_to_json,
 )
+from core.coordination import Hold
 from core.model import Assignment, MemberId, MemberStats, Partition
-from core.ports import Hold, LeaderInfo
+from core.ports import LeaderInfo
 
 
 def new_token() -> str:

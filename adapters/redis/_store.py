@@ -25,9 +25,9 @@ from adapters.redis._codec import (
     new_version,
 )
 from adapters.redis._watch import watch_snapshots
+from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
-from core.ports import Hold
 
 __all__ = ["RedisAssignmentStore"]
 

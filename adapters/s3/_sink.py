@@ -19,14 +19,14 @@ import anyio.to_thread
 import pyarrow as pa
 from botocore.exceptions import BotoCoreError, ClientError
 
-from adapters._stateless import Stateless
-from adapters.parquet import (
+from adapters._parquet_format import (
     ParquetSettings,
     layout,
     sorted_table,
     table_file_path,
     write_parquet,
 )
+from adapters._stateless import Stateless
 from adapters.s3._client import S3Location, delete_objects
 from core.errors import OwnershipLostError
 from core.messages import LandedRow

@@ -20,6 +20,7 @@ import anyio
 import psutil
 from anyio.abc import TaskGroup
 
+from core.coordination import Hold
 from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
 from core.handoff import ClaimAction, decide_claim
 from core.ingest import unprocessable
@@ -29,7 +30,6 @@ from core.model import Assignment, MemberId, MemberStats, Partition
 from core.ports import (
     AssignmentStore,
     Delivery,
-    Hold,
     LandingLog,
     Membership,
     MembershipLease,

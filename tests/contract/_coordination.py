@@ -11,6 +11,7 @@ Every wait is bounded by ``anyio.fail_after``; the only sleeps are the time unde
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -20,12 +21,12 @@ from typing import Protocol, TypeVar
 import anyio
 import pytest
 
+from core.coordination import CoordinationState, Hold, Leader
 from core.errors import FencedError, LeaseLostError, MemberExistsError, StoreUnavailableError
 from core.model import Assignment, MemberStats
 from core.ports import (
     AssignmentStore,
     Election,
-    Hold,
     LeaderInfo,
     Leadership,
     Membership,
@@ -632,6 +633,62 @@ class AssignmentStoreContract:
             assert await store.projects(1) == {"p-1", "p-2"}
             assert await store.projects(10) == {"p-1"}
             assert await store.projects(0) == frozenset()
+
+    @pytest.mark.parametrize("seed", [1, 2])
+    async def test_random_writes_have_the_outcomes_the_core_model_gives(
+        self, harness: CoordinationHarness, seed: int
+    ) -> None:
+        """The model in ``core.coordination`` is the oracle: the same random publishes,
+        claims (free, over the hold now, over a stale hold), releases and registrations,
+        with the same outcomes and the same state after each one."""
+        rng = random.Random(seed)
+        model = CoordinationState()
+        seen: list[Hold] = []  # holds observed once: replacing one may be stale now
+        async with harness.election() as election, harness.store() as store:
+            leader = await election.campaign("leader", LONG_TTL)
+            model = model.lead(Leader("leader", leader.term)).state
+            for step in range(40):
+                op = rng.choice(("publish", "claim", "claim", "release", "project"))
+                partition, member = rng.randrange(3), rng.choice("abc")
+                if op == "publish":
+                    term = leader.term + rng.choice((0, 0, -1, 1))
+                    assignment = owners(rng.randint(1, 12), member, "", member)
+                    applied = model.publish(assignment, term)
+                    try:
+                        await store.publish(assignment, term)
+                        stored = True
+                    except FencedError:
+                        stored = False
+                elif op == "claim":
+                    holds = await store.holds()
+                    replacing = rng.choice([None, holds.get(partition), *seen[-3:]])
+                    if replacing is not None and replacing.partition != partition:
+                        replacing = None
+                    stored = await store.claim(partition, member, step, replacing)
+                    after = (await store.holds()).get(partition)
+                    applied = model.claim(
+                        partition,
+                        member,
+                        step,
+                        replacing=None if replacing is None else replacing.version,
+                        version=after.version if stored and after is not None else -1,
+                    )
+                    if after is not None:
+                        seen.append(after)
+                elif op == "release":
+                    applied = model.release(partition, member)
+                    await store.release(partition, member)
+                    stored = applied.accepted  # release answers nothing; compared below
+                else:
+                    project = rng.choice(("p-1", "p-2"))
+                    applied = model.register_project(partition, project)
+                    stored = await store.register_project(partition, project)
+                assert stored == applied.accepted, f"step {step} {op}: {applied.reason}"
+                model = applied.state
+                assert await store.holds() == model.holds, f"step {step} {op}"
+                assert await store.current() == model.assignment, f"step {step} {op}"
+                for p in range(3):
+                    assert await store.projects(p) == model.projects.get(p, frozenset())
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
         if not harness.features.restartable:

@@ -148,13 +148,14 @@ async def test_a_handler_stalled_before_its_rename_past_its_lease_makes_nothing_
     world: World,
 ) -> None:
     sink = StallingSink(
-        ParquetSettings(data_dir=world.data_dir), expired=lambda: "h1" not in world.state.members
+        ParquetSettings(data_dir=world.data_dir),
+        expired=lambda: "h1" not in world.state.model.members,
     )
     await start(world, "h1", sink)
     ids = await world.publish(50)
     assert await anyio.to_thread.run_sync(sink.stalled.wait, 10), "the first write stalled"
     # The whole process pauses: its lease stops being renewed too.
-    world.state.members["h1"].lease.pause_renewal()
+    world.state.member_leases["h1"].pause_renewal()
     with anyio.fail_after(10):
         while not sink.outcomes or sink.outcomes[0] == "started":  # noqa: ASYNC110
             await anyio.sleep(0.02)

@@ -1,0 +1,194 @@
+"""The coordination store's rules, written once: membership, leadership terms, assignment
+generations, partition holds and project registrations.
+
+``CoordinationState`` is immutable; every write is a method that returns an ``Applied``:
+the next state and whether the write was accepted (with the reason when it was not). A
+refused write changes nothing. The in-memory store and the Kafka coordination log apply
+these methods as they are; etcd (transactions) and Redis (Lua scripts) enforce the same
+rules in their own dialect, and the coordination contract suite replays random writes on
+each of them and on this model and requires the same outcomes (``tests/contract``).
+
+The rules:
+
+- **members**: one live member per id; ``join`` of a live id is refused, ``leave`` (or the
+  expiry of its lease) removes it.
+- **leadership**: a leader takes office with a term above every term accepted before (the
+  fencing token, so terms only grow); restating the current leadership is accepted and
+  changes nothing. ``vacate(term)`` ends that term's leadership, if it is still current.
+- **assignment**: ``publish`` is accepted only for the current leader's exact term and a
+  generation above the stored one.
+- **holds** (the handoff lock on a partition): ``claim`` takes a free partition, or
+  replaces exactly the hold version the claimant observed (a holder whose lease expired,
+  see ``core.handoff.decide_claim``); ``release`` drops the hold only for its holder.
+- **projects**: a project registers once per partition.
+
+Versions (a hold's ``version``, a leader's ``term``) come from the store: etcd revisions,
+Kafka offsets, the in-memory store's counter. The model only compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TypeVar
+
+from core.model import Assignment, MemberId, MemberStats, Partition
+
+__all__ = ["Applied", "CoordinationState", "Hold", "Leader"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Who is processing a partition right now (the handoff lock), and since which generation.
+
+    ``version`` is the store's opaque version of the record, used for compare-and-set.
+    """
+
+    partition: Partition
+    member_id: MemberId
+    generation: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """The leadership in office: ``term`` is its fencing token. ``incarnation`` tells two
+    runs of one leader id apart where the store needs it (Kafka); empty elsewhere."""
+
+    leader_id: MemberId
+    term: int
+    incarnation: str = ""
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _frozen(items: Mapping[K, V]) -> Mapping[K, V]:
+    return MappingProxyType(dict(items))
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinationState:
+    """What a coordination store holds. Build the next one with the write methods only."""
+
+    members: Mapping[MemberId, MemberStats] = field(default_factory=lambda: _frozen({}))
+    leader: Leader | None = None
+    max_term: int = 0
+    assignment: Assignment | None = None
+    assignment_term: int = 0
+    holds: Mapping[Partition, Hold] = field(default_factory=lambda: _frozen({}))
+    projects: Mapping[Partition, frozenset[str]] = field(default_factory=lambda: _frozen({}))
+
+    # -- members ---------------------------------------------------------------------------
+
+    def join(self, member_id: MemberId, stats: MemberStats) -> Applied:
+        if member_id in self.members:
+            return self._refused(f"member {member_id!r} is already live")
+        return _accepted(replace(self, members=_frozen({**self.members, member_id: stats})))
+
+    def update(self, member_id: MemberId, stats: MemberStats) -> Applied:
+        if member_id not in self.members:
+            return self._refused(f"member {member_id!r} is not live")
+        return _accepted(replace(self, members=_frozen({**self.members, member_id: stats})))
+
+    def leave(self, member_id: MemberId) -> Applied:
+        """The member left or its lease expired; its holds stay until claimed over."""
+        if member_id not in self.members:
+            return self._refused(f"member {member_id!r} is not live")
+        return _accepted(
+            replace(
+                self, members=_frozen({m: s for m, s in self.members.items() if m != member_id})
+            )
+        )
+
+    # -- leadership ------------------------------------------------------------------------
+
+    def lead(self, leader: Leader) -> Applied:
+        if leader == self.leader:
+            return Applied(self, accepted=True, reason="this leadership is already in office")
+        if leader.term <= self.max_term:
+            return self._refused(f"term {leader.term} is not above {self.max_term}")
+        return _accepted(replace(self, leader=leader, max_term=leader.term))
+
+    def vacate(self, term: int) -> Applied:
+        """The leader of ``term`` resigned or its lease expired."""
+        if self.leader is None or self.leader.term != term:
+            return self._refused(f"term {term} is not in office")
+        return _accepted(replace(self, leader=None))
+
+    # -- assignment ------------------------------------------------------------------------
+
+    def publish(self, assignment: Assignment, term: int) -> Applied:
+        """Refused reasons are what ``FencedError`` says to the leader."""
+        if self.leader is None:
+            return self._refused(f"term {term} is not current: nobody leads now")
+        if self.leader.term != term:
+            return self._refused(
+                f"term {term} is not current: {self.leader.leader_id!r} leads with term "
+                f"{self.leader.term}"
+            )
+        if self.assignment is not None and assignment.generation <= self.assignment.generation:
+            return self._refused(
+                f"generation {assignment.generation} is not above the stored generation "
+                f"{self.assignment.generation} (published by term {self.assignment_term})"
+            )
+        return _accepted(replace(self, assignment=assignment, assignment_term=term))
+
+    # -- holds -----------------------------------------------------------------------------
+
+    def claim(
+        self,
+        partition: Partition,
+        member_id: MemberId,
+        generation: int,
+        *,
+        replacing: int | None,
+        version: int,
+    ) -> Applied:
+        """Hold ``partition`` if it is free (``replacing`` None) or still held at exactly
+        the version ``replacing``; the new hold gets ``version``."""
+        current = self.holds.get(partition)
+        if replacing is None and current is not None:
+            return self._refused(f"partition {partition} is held by {current.member_id}")
+        if replacing is not None and (current is None or current.version != replacing):
+            return self._refused(f"the observed hold on partition {partition} changed")
+        hold = Hold(partition, member_id, generation, version)
+        return _accepted(replace(self, holds=_frozen({**self.holds, partition: hold})))
+
+    def release(self, partition: Partition, member_id: MemberId) -> Applied:
+        current = self.holds.get(partition)
+        if current is None or current.member_id != member_id:
+            return self._refused(f"partition {partition} is not held by {member_id}")
+        return _accepted(
+            replace(self, holds=_frozen({p: h for p, h in self.holds.items() if p != partition}))
+        )
+
+    # -- projects --------------------------------------------------------------------------
+
+    def register_project(self, partition: Partition, project_id: str) -> Applied:
+        registered = self.projects.get(partition, frozenset())
+        if project_id in registered:
+            return self._refused(f"project {project_id!r} is already registered")
+        return _accepted(
+            replace(self, projects=_frozen({**self.projects, partition: registered | {project_id}}))
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _refused(self, reason: str) -> Applied:
+        return Applied(self, accepted=False, reason=reason)
+
+
+def _accepted(state: CoordinationState) -> Applied:
+    return Applied(state, accepted=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The outcome of one write: the next state (the same one when refused)."""
+
+    state: CoordinationState
+    accepted: bool
+    reason: str = ""

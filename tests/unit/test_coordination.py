@@ -1,0 +1,166 @@
+"""The coordination model (``core.coordination``): examples, and a hypothesis state
+machine in which members join, expire, lead, publish, claim with ``decide_claim`` and
+release in any order, checking the invariants the stores must keep."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from core.coordination import Applied, CoordinationState, Hold, Leader
+from core.handoff import ClaimAction, decide_claim
+from core.model import Assignment, MemberStats
+
+MEMBERS = ("a", "b", "c")
+PARTITIONS = 3
+
+
+def accepted(applied: Applied) -> CoordinationState:
+    assert applied.accepted, applied.reason
+    return applied.state
+
+
+def test_a_refused_write_returns_the_same_state_and_says_why() -> None:
+    state = accepted(CoordinationState().join("a", MemberStats()))
+    applied = state.join("a", MemberStats(cpu=1.0))
+    assert not applied.accepted
+    assert applied.state is state
+    assert applied.reason == "member 'a' is already live"
+
+
+def test_publish_needs_the_current_term_and_a_higher_generation() -> None:
+    state = CoordinationState()
+    one = Assignment.from_members(1, 2, {"a": [0, 1]})
+    assert state.publish(one, 5).reason == "term 5 is not current: nobody leads now"
+    state = accepted(state.lead(Leader("l", 5)))
+    assert state.publish(one, 4).reason == "term 4 is not current: 'l' leads with term 5"
+    state = accepted(state.publish(one, 5))
+    assert state.assignment == one and state.assignment_term == 5
+    assert state.publish(one, 5).reason == (
+        "generation 1 is not above the stored generation 1 (published by term 5)"
+    )
+
+
+def test_a_term_not_above_every_earlier_one_is_refused_even_after_a_vacancy() -> None:
+    state = accepted(CoordinationState().lead(Leader("l", 5, "run-1")))
+    assert state.lead(Leader("l", 5, "run-1")).accepted  # restated: no change
+    assert state.lead(Leader("l", 5, "run-1")).state is state
+    state = accepted(state.vacate(5))
+    assert state.leader is None
+    assert state.lead(Leader("m", 5)).reason == "term 5 is not above 5"
+    assert accepted(state.lead(Leader("m", 6))).leader == Leader("m", 6)
+
+
+def test_a_claim_replaces_only_the_exact_version_observed() -> None:
+    state = accepted(CoordinationState().claim(0, "a", 1, replacing=None, version=10))
+    assert state.holds[0] == Hold(0, "a", 1, 10)
+    assert state.claim(0, "b", 2, replacing=None, version=11).reason == ("partition 0 is held by a")
+    assert not state.claim(0, "b", 2, replacing=9, version=11).accepted
+    state = accepted(state.claim(0, "b", 2, replacing=10, version=11))
+    assert state.holds[0] == Hold(0, "b", 2, 11)
+    assert not state.release(0, "a").accepted  # no longer its hold
+    assert 0 not in accepted(state.release(0, "b")).holds
+
+
+def test_a_project_registers_once_per_partition() -> None:
+    state = accepted(CoordinationState().register_project(1, "p"))
+    assert not state.register_project(1, "p").accepted
+    state = accepted(state.register_project(2, "p"))
+    assert state.projects == {1: frozenset({"p"}), 2: frozenset({"p"})}
+
+
+class Cluster(RuleBasedStateMachine):
+    """Members that follow the handler's rules against one store that follows the model.
+
+    A member's ``believes`` is what it thinks it holds (claimed, not yet released). An
+    expired member is a zombie: it still believes, but its lease check stops it from
+    writing, and it drops every belief before it joins again (the handler's rule).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = CoordinationState()
+        self.version = 0
+        self.believes: dict[str, set[int]] = {m: set() for m in MEMBERS}
+        self.terms: list[int] = []
+        self.generations: list[int] = []
+
+    def write(self, applied: Applied) -> bool:
+        if applied.accepted:
+            self.version += 1
+        else:
+            assert applied.state is self.state, "a refused write changed the state"
+        self.state = applied.state
+        return applied.accepted
+
+    @rule(member=st.sampled_from(MEMBERS))
+    def join(self, member: str) -> None:
+        if member not in self.state.members:
+            self.believes[member].clear()
+        live = member in self.state.members
+        assert self.write(self.state.join(member, MemberStats())) is not live
+
+    @rule(member=st.sampled_from(MEMBERS))
+    def expire(self, member: str) -> None:
+        self.write(self.state.leave(member))
+
+    @rule(member=st.sampled_from(MEMBERS), term=st.integers(1, 30))
+    def lead(self, member: str, term: int) -> None:
+        if self.write(self.state.lead(Leader(member, term))) and (
+            not self.terms or self.terms[-1] != term
+        ):
+            self.terms.append(term)
+
+    @precondition(lambda self: self.state.leader is not None)
+    @rule()
+    def resign(self) -> None:
+        assert self.state.leader is not None
+        assert self.write(self.state.vacate(self.state.leader.term))
+
+    @rule(generation=st.integers(1, 20), stale_term=st.booleans())
+    def publish(self, generation: int, stale_term: bool) -> None:
+        leader = self.state.leader
+        term = (leader.term if leader else 0) - (1 if stale_term else 0)
+        assignment = Assignment.from_members(generation, PARTITIONS, {})
+        if self.write(self.state.publish(assignment, term)):
+            assert leader is not None and term == leader.term
+            self.generations.append(generation)
+
+    @rule(member=st.sampled_from(MEMBERS), partition=st.integers(0, PARTITIONS - 1))
+    def claim(self, member: str, partition: int) -> None:
+        if member not in self.state.members:
+            return  # a zombie's lease check stops it before it touches the store
+        decision = decide_claim(member, self.state.holds.get(partition), self.state.members)
+        if decision.action is ClaimAction.WAIT:
+            return
+        replacing = None if decision.replacing is None else decision.replacing.version
+        if self.write(
+            self.state.claim(partition, member, 1, replacing=replacing, version=self.version + 1)
+        ):
+            self.believes[member].add(partition)
+
+    @rule(member=st.sampled_from(MEMBERS), partition=st.integers(0, PARTITIONS - 1))
+    def release(self, member: str, partition: int) -> None:
+        if partition in self.believes[member]:
+            self.believes[member].discard(partition)
+            self.write(self.state.release(partition, member))
+
+    @invariant()
+    def one_live_holder_per_partition(self) -> None:
+        for partition in range(PARTITIONS):
+            holders = [m for m in self.state.members if partition in self.believes[m]]
+            assert len(holders) <= 1, f"partition {partition} held by {holders}"
+            if holders:
+                assert self.state.holds[partition].member_id == holders[0]
+
+    @invariant()
+    def terms_and_generations_only_grow(self) -> None:
+        assert self.terms == sorted(set(self.terms))
+        assert self.generations == sorted(set(self.generations))
+        if self.state.leader is not None:
+            assert self.state.leader.term == self.state.max_term
+
+
+TestCluster = Cluster.TestCase
+TestCluster.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
