@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import logging
-from types import TracebackType
-from typing import Self
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
+from adapters._lifecycle import Lifecycle
 from adapters.etcd._client import EtcdClient
 from adapters.etcd._keys import Keys
 from adapters.etcd._lease import Lease
 from adapters.etcd._settings import EtcdSettings
-from core.errors import ShoalError, StoreUnavailableError
+from core.errors import ShoalError
 
 _log = logging.getLogger(__name__)
 
 
-class EtcdAdapter:
+class EtcdAdapter(Lifecycle):
     """Base of the etcd adapters: ``async with`` connects and owns the background tasks.
 
     Leaving cancels every keepalive, revokes the leases still held (so others see the
@@ -30,49 +29,23 @@ class EtcdAdapter:
         self.settings = settings if settings is not None else EtcdSettings()
         self._keys = Keys(self.settings.prefix)
         self._client = EtcdClient(self.settings)
-        self._task_group: TaskGroup | None = None
         self._leases: set[Lease] = set()
 
-    async def __aenter__(self) -> Self:
+    async def _connect(self) -> None:
         await self._client.connect()
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        task_group, self._task_group = self._task_group, None
-        swallowed: bool | None = None
-        try:
-            with anyio.move_on_after(self.settings.close_timeout, shield=True):
-                for lease in list(self._leases):
-                    lease.stop()
-                    try:
-                        await lease.revoke()
-                    except ShoalError as exc:
-                        _log.warning("etcd lease %x not revoked on exit: %s", lease.id, exc)
-                self._leases.clear()
-        finally:
-            try:
-                if task_group is not None:
-                    task_group.cancel_scope.cancel()
-                    swallowed = await task_group.__aexit__(exc_type, exc_value, traceback)
-            finally:
-                await self._client.aclose()
-        return swallowed
+    async def _wind_down(self) -> None:
+        with anyio.move_on_after(self.settings.close_timeout):
+            for lease in list(self._leases):
+                lease.stop()
+                try:
+                    await lease.revoke()
+                except ShoalError as exc:
+                    _log.warning("etcd lease %x not revoked on exit: %s", lease.id, exc)
+            self._leases.clear()
 
-    @property
-    def _tasks(self) -> TaskGroup:
-        if self._task_group is None:
-            raise StoreUnavailableError(
-                f"{type(self).__name__} is not open: use it as `async with ...`"
-            )
-        return self._task_group
+    async def _disconnect(self) -> None:
+        await self._client.aclose()
 
     async def _new_lease(self, ttl: float) -> Lease:
         """Grant a lease and keep it alive in this adapter's task group until it is lost."""

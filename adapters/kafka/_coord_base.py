@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
+from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError, NewTopic, for_code
 from adapters.kafka._coord_aiokafka import ConfigResource, ConfigResourceType
 from adapters.kafka._settings import KafkaSettings
@@ -110,7 +110,7 @@ class Changes:
         self._event = anyio.Event()
 
 
-class KafkaCoordinationAdapter:
+class KafkaCoordinationAdapter(Lifecycle):
     """Base of the Kafka coordination adapters: ``async with`` creates the topics (if
     missing), reads the broker's session bounds and starts the adapter's own background
     work in its own task group; leaving stops it within ``settings.close_timeout``.
@@ -135,58 +135,36 @@ class KafkaCoordinationAdapter:
         self.bounds = SessionBounds()
         self.changes = Changes()
         self._admin: Any = None
-        self._task_group: TaskGroup | None = None
 
-    async def __aenter__(self) -> Self:
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
+    async def _connect(self) -> None:
+        s = self.settings
         try:
-            s = self.settings
-            try:
-                with anyio.fail_after(s.connect_timeout):
-                    self._admin = AIOKafkaAdminClient(
-                        bootstrap_servers=list(s.bootstrap_servers),
-                        client_id=f"{s.client_id}-coord-admin",
-                        request_timeout_ms=s.ms(s.request_timeout),
-                        retry_backoff_ms=s.ms(s.retry_backoff),
-                    )
-                    await self._admin.start()
-                    await self._ensure_topics()
-                    self.bounds = await read_session_bounds(self._admin)
-                    await self._open()
-            except (TimeoutError, KafkaError, OSError) as exc:
-                raise StoreUnavailableError(
-                    f"Kafka coordination at {s.bootstrap}: not ready within "
-                    f"{s.connect_timeout:g} s: {exc!r}"
-                ) from exc
-        except BaseException as exc:
-            await self.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self
+            with anyio.fail_after(s.connect_timeout):
+                self._admin = AIOKafkaAdminClient(
+                    bootstrap_servers=list(s.bootstrap_servers),
+                    client_id=f"{s.client_id}-coord-admin",
+                    request_timeout_ms=s.ms(s.request_timeout),
+                    retry_backoff_ms=s.ms(s.retry_backoff),
+                )
+                await self._admin.start()
+                await self._ensure_topics()
+                self.bounds = await read_session_bounds(self._admin)
+                await self._open()
+        except (TimeoutError, KafkaError, OSError) as exc:
+            raise StoreUnavailableError(
+                f"Kafka coordination at {s.bootstrap}: not ready within "
+                f"{s.connect_timeout:g} s: {exc!r}"
+            ) from exc
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        task_group, self._task_group = self._task_group, None
-        swallowed: bool | None = None
-        try:
-            with anyio.move_on_after(self.settings.close_timeout, shield=True):
-                await self._close()
-        finally:
-            try:
-                if task_group is not None:
-                    task_group.cancel_scope.cancel()
-                    swallowed = await task_group.__aexit__(exc_type, exc_value, traceback)
-            finally:
-                admin, self._admin = self._admin, None
-                if admin is not None:
-                    with anyio.move_on_after(self.settings.close_timeout, shield=True):
-                        await admin.close()
-        return swallowed
+    async def _wind_down(self) -> None:
+        with anyio.move_on_after(self.settings.close_timeout):
+            await self._close()
+
+    async def _disconnect(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with anyio.move_on_after(self.settings.close_timeout):
+                await admin.close()
 
     async def _open(self) -> None:
         """Start what the adapter owns (subclasses); runs inside ``connect_timeout``."""
@@ -196,11 +174,7 @@ class KafkaCoordinationAdapter:
 
     @property
     def tasks(self) -> TaskGroup:
-        if self._task_group is None:
-            raise StoreUnavailableError(
-                f"{type(self).__name__} is not open: use it as `async with ...`"
-            )
-        return self._task_group
+        return self._tasks
 
     @property
     def admin(self) -> Any:

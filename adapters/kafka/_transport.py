@@ -7,12 +7,12 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
+from adapters._lifecycle import Lifecycle
 from adapters.kafka._admin import committed, ensure_topics
 from adapters.kafka._aiokafka import (
     AIOKafkaAdminClient,
@@ -48,7 +48,7 @@ def kafka_partitioner(key: bytes | None, all_partitions: list[int], available: l
     return all_partitions[partition_for(key.decode("utf-8", "replace"), len(all_partitions))]
 
 
-class KafkaTransport:
+class KafkaTransport(Lifecycle):
     """The Transport port on Kafka.
 
     ``async with KafkaTransport(settings) as t:`` connects (bounded by ``connect_timeout``),
@@ -75,21 +75,17 @@ class KafkaTransport:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _connect(self) -> None:
         s = self.settings
         try:
             with anyio.fail_after(s.connect_timeout):
                 await self._start()
-        except BaseException as exc:
-            await self.aclose()
-            if isinstance(exc, TimeoutError):
-                raise TimeoutError(
-                    f"Kafka at {s.bootstrap} not ready within {s.connect_timeout} s"
-                ) from None
-            if isinstance(exc, KafkaError):
-                raise ConnectionError(f"Kafka at {s.bootstrap}: {exc!r}") from exc
-            raise
-        return self
+        except TimeoutError:
+            raise TimeoutError(
+                f"Kafka at {s.bootstrap} not ready within {s.connect_timeout} s"
+            ) from None
+        except KafkaError as exc:
+            raise ConnectionError(f"Kafka at {s.bootstrap}: {exc!r}") from exc
 
     async def _start(self) -> None:
         s = self.settings
@@ -119,40 +115,31 @@ class KafkaTransport:
         await self._probe.start()
         self._dead = DeadLetters(self._producer, s, self._hook)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
+    async def _disconnect(self) -> None:
         """Close the subscriptions (each commits), disconnect the admin and probe clients,
-        then flush and stop the producer, each bounded by ``close_timeout``. Idempotent.
+        then flush and stop the producer, each bounded by ``close_timeout``.
 
         A producer that cannot flush in time (the broker is gone) is abandoned: messages
         not confirmed by then were reported to publish() as not confirmed already."""
         admin, producer, probe = self._admin, self._producer, self._probe
         self._admin = self._producer = self._probe = self._dead = None
-        with anyio.CancelScope(shield=True):
-            for sub in list(self._subscriptions):
-                await sub.close()
-            for name, client, stop in (
-                ("probe consumer", probe, "stop"),
-                ("admin client", admin, "close"),
-                ("producer", producer, "stop"),
-            ):
-                if client is None:
-                    continue
-                with anyio.move_on_after(self.settings.close_timeout) as scope:
-                    await stop_quietly(client, stop, scope, f"Kafka {name}")
-                if scope.cancelled_caught:
-                    log.warning(
-                        "the Kafka %s did not stop within %s s", name, self.settings.close_timeout
-                    )
-                    if client is producer:
-                        await _abandon(producer)
+        for sub in list(self._subscriptions):
+            await sub.close()
+        for name, client, stop in (
+            ("probe consumer", probe, "stop"),
+            ("admin client", admin, "close"),
+            ("producer", producer, "stop"),
+        ):
+            if client is None:
+                continue
+            with anyio.move_on_after(self.settings.close_timeout) as scope:
+                await stop_quietly(client, stop, scope, f"Kafka {name}")
+            if scope.cancelled_caught:
+                log.warning(
+                    "the Kafka %s did not stop within %s s", name, self.settings.close_timeout
+                )
+                if client is producer:
+                    await _abandon(producer)
 
     @property
     def dead_letters(self) -> int:

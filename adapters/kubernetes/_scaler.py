@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Self, TypeVar
+from typing import TypeVar
 
 import anyio
 import httpx2
@@ -15,6 +14,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DeploymentScale
 from lightkube.types import PatchType
 
+from adapters._lifecycle import Lifecycle
 from adapters.kubernetes._errors import ScaleConflictError
 from adapters.kubernetes._settings import KubernetesSettings
 
@@ -32,7 +32,7 @@ _BACKOFF = 0.05  # first wait after a 409, doubled per retry, capped at _BACKOFF
 _BACKOFF_MAX = 1.0
 
 
-class KubernetesScaler:
+class KubernetesScaler(Lifecycle):
     """Reads and sets ``spec.replicas`` of the handler Deployment through
     ``/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale``.
 
@@ -70,7 +70,7 @@ class KubernetesScaler:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _connect(self) -> None:
         s = self.settings
         config = self._config or await anyio.to_thread.run_sync(self._load_config)
         self._client = AsyncClient(
@@ -86,17 +86,11 @@ class KubernetesScaler:
             s.deployment,
             self._client.config.cluster.server,
         )
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def _disconnect(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self.settings.timeout):
+            with anyio.move_on_after(self.settings.timeout):
                 await client.close()
 
     def _load_config(self) -> KubeConfig | SingleConfig:

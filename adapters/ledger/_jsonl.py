@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Self
+from typing import IO
 
 import anyio
-from anyio.abc import TaskGroup
 
+from adapters._lifecycle import Lifecycle
 from core.messages import LedgerEntry
 
 __all__ = ["JsonlLedger", "ledger_line"]
@@ -33,7 +32,7 @@ def ledger_line(entry: LedgerEntry) -> str:
     )
 
 
-class JsonlLedger:
+class JsonlLedger(Lifecycle):
     """``async with JsonlLedger(directory, gateway_id) as ledger: await ledger.record(e)``.
 
     A crash can cut the last line short; readers skip such a line. Appending to an existing
@@ -45,30 +44,20 @@ class JsonlLedger:
         self._sync_interval = sync_interval
         self._file: IO[str] | None = None
         self._dirty = False
-        self._tasks: TaskGroup | None = None
 
-    async def __aenter__(self) -> Self:
+    async def _connect(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         torn = self._ends_mid_line()
         self._file = self.path.open("a", encoding="utf-8")
         if torn:
             self._file.write("\n")  # end the line a crash cut short, so ours stand alone
-        self._tasks = anyio.create_task_group()
-        await self._tasks.__aenter__()
         self._tasks.start_soon(self._sync_periodically)
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._tasks is not None and self._file is not None
-        self._tasks.cancel_scope.cancel()
-        await self._tasks.__aexit__(exc_type, exc, tb)
-        self._sync()
-        self._file.close()
+    async def _disconnect(self) -> None:
+        if self._file is not None:
+            self._sync()
+            self._file.close()
+            self._file = None
 
     def _ends_mid_line(self) -> bool:
         try:

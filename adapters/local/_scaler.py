@@ -13,13 +13,11 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import anyio
-from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
+from adapters._lifecycle import Lifecycle
 from adapters.local._launcher import launch_argv
 from adapters.local._settings import LocalScalerSettings
 
@@ -52,7 +50,7 @@ class LocalChild:
         return self.popen.poll() is None
 
 
-class LocalProcessScaler:
+class LocalProcessScaler(Lifecycle):
     """Starts and stops handler processes: ``python -m services.handler`` by default.
 
     ``async with LocalProcessScaler(settings) as scaler:``. Each child gets the parent's
@@ -87,36 +85,16 @@ class LocalProcessScaler:
         self._token = uuid.uuid4().hex[:6]
         self._seq = 0
         self._children: dict[str, LocalChild] = {}  # alive or draining, oldest first
-        self._task_group: TaskGroup | None = None
         self._lock = anyio.Lock()
         self.finished: deque[tuple[str, int]] = deque(maxlen=256)  # (id, exit status)
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _connect(self) -> None:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        task_group = self._task_group
-        if task_group is None:
-            return None
-        try:
-            with anyio.CancelScope(shield=True):
-                await self._stop_all()
-        finally:
-            self._task_group = None
-            task_group.cancel_scope.cancel()
-            result = await task_group.__aexit__(exc_type, exc_value, traceback)
-        return result
+    async def _wind_down(self) -> None:
+        await self._stop_all()
 
     # -- the port --------------------------------------------------------------------
 
@@ -155,7 +133,6 @@ class LocalProcessScaler:
         """Start one child. Runs in the event loop's thread: the parent-death signal is
         tied to the thread that forks (see ``_launcher``). No ``preexec_fn``, so
         subprocess uses vfork: nothing runs in the child before ``exec``."""
-        assert self._task_group is not None
         s = self.settings
         self._seq += 1
         handler_id = f"{s.id_prefix}-{self._token}-{self._seq}"
@@ -175,7 +152,7 @@ class LocalProcessScaler:
             )
         child = LocalChild(handler_id, self._seq, popen, log_path, time.time())
         self._children[handler_id] = child
-        self._task_group.start_soon(self._watch, child)
+        self._tasks.start_soon(self._watch, child)
         log.info("started handler %s (pid %d, log %s)", handler_id, popen.pid, log_path)
         return child
 
@@ -185,9 +162,8 @@ class LocalProcessScaler:
         child.stopping = True
         _signal(child.pid, signal.SIGTERM)
         log.info("sent SIGTERM to handler %s (pid %d)", child.handler_id, child.pid)
-        assert self._task_group is not None
         bound = self.settings.stop_timeout + _KILL_MARGIN
-        self._task_group.start_soon(self._kill_after, child, bound)
+        self._tasks.start_soon(self._kill_after, child, bound)
 
     async def _kill_after(self, child: LocalChild, timeout: float) -> None:  # noqa: ASYNC109
         with anyio.move_on_after(timeout):

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import anyio.lowlevel
 
-from adapters._stateless import Stateless
+from adapters._lifecycle import Lifecycle
 from core.table import Commit, TableState
 
 __all__ = ["InMemoryLandingLog"]
 
 
-class InMemoryLandingLog(Stateless):
+class InMemoryLandingLog(Lifecycle):
     """Several ``LandingTable``s may share one (several writers of one landing zone)."""
 
     def __init__(self) -> None:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Self
-
 from anyio.lowlevel import checkpoint
+
+from adapters._lifecycle import Lifecycle
 
 __all__ = ["InMemoryScaler"]
 
 
-class InMemoryScaler:
+class InMemoryScaler(Lifecycle):
     """Holds the replica count; ``scale_to`` sets it at once (as the Deployment's desired
     count does). ``calls`` records every accepted ``scale_to`` target, in order.
 
@@ -23,17 +22,6 @@ class InMemoryScaler:
             raise ValueError(f"replicas must be >= 0, got {replicas}")
         self._replicas = replicas
         self.calls: list[int] = []
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        return None
 
     async def replicas(self) -> int:
         await checkpoint()

@@ -28,12 +28,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Literal, Self, TypeAlias
+from typing import Literal, TypeAlias
 
 import anyio
 import anyio.lowlevel
 
+from adapters._lifecycle import Lifecycle
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Delivery, Subscription
@@ -83,7 +83,7 @@ class _Queue:
         return self.timed[0][0] if self.timed else None
 
 
-class InMemoryTransport:
+class InMemoryTransport(Lifecycle):
     """In-process Transport. ``async with InMemoryTransport(...) as t:``; all state is lost
     when the object goes away. ``registrations`` records ``reply_registration`` calls."""
 
@@ -108,20 +108,6 @@ class InMemoryTransport:
         self.log_id = f"memory:{uuid.uuid4().hex}"  # one log per transport object
         self._dead_letters = 0
         self.registrations: list[tuple[Partition, str, str]] = []
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Nothing to release; kept for the adapter shape."""
 
     @property
     def dead_letters(self) -> int:

@@ -6,8 +6,6 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Self
 
 import anyio
 import nats
@@ -18,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
+from adapters._lifecycle import Lifecycle
 from adapters.nats._codec import encode
 from adapters.nats._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
 from adapters.nats._settings import NatsSettings
@@ -39,7 +38,7 @@ H_BATCH_SEQUENCE = "Nats-Batch-Sequence"
 H_BATCH_COMMIT = "Nats-Batch-Commit"
 
 
-class NatsTransport:
+class NatsTransport(Lifecycle):
     """The Transport port on NATS JetStream.
 
     ``async with NatsTransport(settings) as t:`` connects (bounded by ``connect_timeout``),
@@ -66,7 +65,7 @@ class NatsTransport:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _connect(self) -> None:
         s = self.settings
         self._closing = False
         try:
@@ -87,29 +86,15 @@ class NatsTransport:
             raise TimeoutError(
                 f"no NATS server answered at {s.url} within {s.connect_timeout} s"
             ) from None
-        try:
-            self._js = self._nc.jetstream(timeout=s.request_timeout)
-            self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
-            self._flusher = GroupFlush(self._nc, s.request_timeout)
-            await self._ensure_stream(self._stream_config())
-            await self._ensure_stream(self._dead.stream_config())
-            await self._dead.start()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
+        self._js = self._nc.jetstream(timeout=s.request_timeout)
+        self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
+        self._flusher = GroupFlush(self._nc, s.request_timeout)
+        await self._ensure_stream(self._stream_config())
+        await self._ensure_stream(self._dead.stream_config())
+        await self._dead.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
+    async def _disconnect(self) -> None:
         """Stop listening, flush what is buffered (bounded by ``close_timeout``), close.
-        Idempotent.
 
         Not nats-py's drain(): it waits for every pull subscription's queue to be
         "processed", which never happens, and a drain cut short leaks subscription tasks.
@@ -120,19 +105,18 @@ class NatsTransport:
         if nc is None or nc.is_closed:
             return
         self._closing = True
-        with anyio.CancelScope(shield=True):
-            for sub in list(self._subscriptions):
-                await sub.close()
-            with anyio.move_on_after(self.settings.close_timeout):
-                try:
-                    if dead is not None:
-                        await dead.stop()
-                    if nc.is_connected:
-                        await nc.flush(timeout=max(1, round(self.settings.close_timeout)))
-                except (nats.errors.Error, TimeoutError) as exc:
-                    log.debug("NATS flush before close: %r", exc)
-            with anyio.move_on_after(1.0):
-                await nc.close()
+        for sub in list(self._subscriptions):
+            await sub.close()
+        with anyio.move_on_after(self.settings.close_timeout):
+            try:
+                if dead is not None:
+                    await dead.stop()
+                if nc.is_connected:
+                    await nc.flush(timeout=max(1, round(self.settings.close_timeout)))
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.debug("NATS flush before close: %r", exc)
+        with anyio.move_on_after(1.0):
+            await nc.close()
 
     @property
     def dead_letters(self) -> int:

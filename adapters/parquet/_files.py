@@ -9,13 +9,13 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from adapters._stateless import Stateless
+from adapters._lifecycle import Lifecycle
 from core.table import StoredFile, in_date_folder
 
 __all__ = ["LocalZoneFiles"]
 
 
-class LocalZoneFiles(Stateless):
+class LocalZoneFiles(Lifecycle):
     def __init__(self, root: Path) -> None:
         self.root = root
 

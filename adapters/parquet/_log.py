@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio.to_thread
 from pydantic import TypeAdapter
 
-from adapters._stateless import Stateless
+from adapters._lifecycle import Lifecycle
 from core.table import Commit, TableState
 
 __all__ = ["LOG_DIR", "LocalLandingLog"]
@@ -36,7 +36,7 @@ _COMMIT_CODEC: TypeAdapter[Commit] = TypeAdapter(Commit)
 _STATE_CODEC: TypeAdapter[TableState] = TypeAdapter(TableState)
 
 
-class LocalLandingLog(Stateless):
+class LocalLandingLog(Lifecycle):
     def __init__(self, root: Path) -> None:
         self.folder = root / LOG_DIR
 

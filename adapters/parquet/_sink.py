@@ -12,6 +12,7 @@ import anyio.from_thread
 import anyio.to_thread
 import pyarrow as pa
 
+from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import (
     ParquetSettings,
     layout,
@@ -19,7 +20,6 @@ from adapters._parquet_format import (
     table_file_path,
     write_parquet,
 )
-from adapters._stateless import Stateless
 from core.errors import OwnershipLostError
 from core.messages import LandedRow
 from core.table import LandedFile
@@ -27,7 +27,7 @@ from core.table import LandedFile
 __all__ = ["ParquetSink"]
 
 
-class ParquetSink(Stateless):
+class ParquetSink(Lifecycle):
     """Writes each batch as one file per UTC date (usually one): many partitions, sorted by
     partition, project and sequence. Returns once the file is renamed into place and synced
     (it is part of the table only once a commit names it: ``LocalLandingLog``).

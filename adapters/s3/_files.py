@@ -14,7 +14,7 @@ from typing import Any
 import anyio.to_thread
 from botocore.exceptions import BotoCoreError, ClientError
 
-from adapters._stateless import Stateless
+from adapters._lifecycle import Lifecycle
 from adapters.s3._client import S3Location, call, delete_objects, list_objects
 from core.table import StoredFile, in_date_folder
 
@@ -23,7 +23,7 @@ __all__ = ["S3ZoneFiles"]
 _MISSING = {"NoSuchKey", "404"}
 
 
-class S3ZoneFiles(Stateless):
+class S3ZoneFiles(Lifecycle):
     """``client``: a boto3 S3 client (``s3_client``)."""
 
     def __init__(self, client: Any, location: S3Location) -> None:

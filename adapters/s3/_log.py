@@ -19,7 +19,7 @@ import anyio.to_thread
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import TypeAdapter
 
-from adapters._stateless import Stateless
+from adapters._lifecycle import Lifecycle
 from adapters.s3._client import S3Location, call, list_objects
 from core.table import Commit, TableState
 
@@ -33,7 +33,7 @@ _STATE_CODEC: TypeAdapter[TableState] = TypeAdapter(TableState)
 _EXISTS = {"PreconditionFailed", "ConditionalRequestConflict"}
 
 
-class S3LandingLog(Stateless):
+class S3LandingLog(Lifecycle):
     """``client``: a boto3 S3 client (``s3_client``). Storage errors raise ``OSError``."""
 
     def __init__(self, client: Any, location: S3Location) -> None:

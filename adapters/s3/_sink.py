@@ -19,6 +19,7 @@ import anyio.to_thread
 import pyarrow as pa
 from botocore.exceptions import BotoCoreError, ClientError
 
+from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import (
     ParquetSettings,
     layout,
@@ -26,7 +27,6 @@ from adapters._parquet_format import (
     table_file_path,
     write_parquet,
 )
-from adapters._stateless import Stateless
 from adapters.s3._client import S3Location, delete_objects
 from core.errors import OwnershipLostError
 from core.messages import LandedRow
@@ -35,7 +35,7 @@ from core.table import LandedFile
 __all__ = ["S3ParquetSink"]
 
 
-class S3ParquetSink(Stateless):
+class S3ParquetSink(Lifecycle):
     """``client``: a boto3 S3 client (``s3_client``); ``settings``: compression and row
     groups (``ParquetSettings``; its ``data_dir`` is not used). Storage errors raise
     ``OSError``."""
