@@ -11,11 +11,11 @@ expired is fenced even when no other candidate takes over.
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 
 import anyio
 
+from adapters._lease import check_ttl
 from adapters.kafka._assignor import ShoalAssignor
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_codec import Role
@@ -74,8 +74,7 @@ class GroupParticipant(KafkaCoordinationAdapter):
         ttl: float,
         stats: MemberStats | None = None,
     ) -> GroupSession:
-        if not (ttl > 0 and math.isfinite(ttl)):
-            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        check_ttl(ttl)
         log_state = self.log.state
         assignor = ShoalAssignor(
             topic=self.names.coord_topic,

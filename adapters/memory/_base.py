@@ -18,7 +18,7 @@ class MemoryAdapter(Lifecycle):
 
     async def _wind_down(self) -> None:
         for lease in list(self._leases):
-            lease.end("revoked: adapter closed")
+            lease.lose("revoked: adapter closed")
         self._leases.clear()
 
     async def _new_lease(self, owner_id: str, ttl: float) -> MemoryLease:

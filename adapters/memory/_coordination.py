@@ -2,7 +2,8 @@
 
 It keeps what etcd keeps (members on leases, the leader key with its term, the assignment,
 holds, projects) and a revision counter that grows on every write, so terms and hold
-versions behave as etcd's create and mod revisions. Time is the event loop's clock.
+versions behave as etcd's create and mod revisions. Leases keep time as every store's
+lease does (``adapters._lease``).
 
 Fault hooks for tests: ``expire(owner_id)`` ends every lease of a member or leader as if
 its TTL ran out; ``set_available(False)`` makes every call raise ``StoreUnavailableError``
@@ -12,12 +13,13 @@ and every renewal fail (leases are then lost at their deadline) until set back.
 from __future__ import annotations
 
 import logging
-import math
+import time
 from collections import deque
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.lowlevel import checkpoint
 
+from adapters._lease import RenewedLease
 from core.coordination import Applied, CoordinationState
 from core.errors import StoreUnavailableError
 from core.model import Assignment, MemberId
@@ -28,58 +30,28 @@ _log = logging.getLogger(__name__)
 _HISTORY = 256  # assignments kept for watchers that fall behind
 
 
-class MemoryLease:
-    """A lease in ``InMemoryCoordination``: renewed by ``keep_alive`` every ttl/2."""
+class MemoryLease(RenewedLease):
+    """A lease in ``InMemoryCoordination``: renewed every ttl/2 (at most 5 s) while the
+    store is available; losing it drops what it holds from the state."""
 
     def __init__(self, state: InMemoryCoordination, owner_id: MemberId, ttl: float) -> None:
-        if not (ttl > 0 and math.isfinite(ttl)):
-            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        super().__init__(
+            ttl=ttl,
+            granted_at=time.monotonic(),
+            max_renew_interval=5.0,
+            retry_interval=0.05,
+            what=f"in-memory {owner_id}",
+        )
         self._state = state
         self.owner_id = owner_id
-        self.ttl = ttl
-        self.deadline = anyio.current_time() + ttl
-        self._lost = anyio.Event()
-        self.reason = ""
-        self._paused = False
-        self._scope: anyio.CancelScope | None = None
 
-    def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lost.is_set() or anyio.current_time() + margin >= self.deadline
+    def lose(self, reason: str) -> None:
+        super().lose(reason)
+        self._state.drop_lease(self)
 
-    async def wait_lost(self) -> None:
-        await self._lost.wait()
-
-    def pause_renewal(self) -> None:
-        """Stop renewing, as a paused process would; the lease expires at its deadline."""
-        self._paused = True
-
-    def end(self, reason: str) -> None:
-        """Mark lost, stop renewing and drop whatever the lease holds in the state."""
-        if not self._lost.is_set():
-            self.reason = reason
-            self._lost.set()
-            self._state.drop_lease(self)
-        if self._scope is not None:
-            self._scope.cancel()
-
-    async def keep_alive(
-        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        with anyio.CancelScope() as self._scope:
-            task_status.started()
-            interval = min(self.ttl / 2, 5.0)
-            next_at = anyio.current_time() + interval
-            while not self._lost.is_set():
-                wake = self.deadline if self._paused else min(next_at, self.deadline)
-                await anyio.sleep(max(0.0, wake - anyio.current_time()))
-                now = anyio.current_time()
-                if now >= self.deadline:
-                    self.end(f"not renewed within its {self.ttl:g} s TTL")
-                elif not self._paused and self._state.available:
-                    self.deadline = now + self.ttl
-                    next_at = now + interval
-                elif not self._paused:
-                    next_at = now + min(interval, 0.05)
+    async def _renew(self, timeout: float) -> None:  # noqa: ASYNC109 (the store's time)
+        await checkpoint()
+        self._state.check("lease renewal")
 
 
 class InMemoryCoordination:
@@ -108,7 +80,7 @@ class InMemoryCoordination:
         if self.leader_lease is not None and self.leader_lease.owner_id == owner_id:
             leases.append(self.leader_lease)
         for lease in leases:
-            lease.end("expired (InMemoryCoordination.expire)")
+            lease.lose("expired (InMemoryCoordination.expire)")
 
     def set_available(self, available: bool) -> None:
         """Simulate an outage: while False every call raises ``StoreUnavailableError``."""

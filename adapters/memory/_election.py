@@ -39,7 +39,7 @@ class InMemoryLeadership:
 
     async def resign(self) -> None:
         await checkpoint()
-        self._lease.end("resigned")
+        self._lease.lose("resigned")
 
 
 class InMemoryElection(MemoryAdapter):
@@ -57,7 +57,7 @@ class InMemoryElection(MemoryAdapter):
                 ):
                     self.state.leader_lease = lease
                     return InMemoryLeadership(self.state, lease, term)
-                lease.end("revoked")
+                lease.lose("revoked")
             else:
                 await changed.wait()
 

@@ -36,16 +36,16 @@ class InMemoryMembershipLease:
     async def update(self, stats: MemberStats) -> None:
         await checkpoint()
         if self._lease.is_lost():
-            raise LeaseLostError(f"member {self.member_id}: lease lost ({self._lease.reason})")
+            raise LeaseLostError(f"member {self.member_id}: lease lost ({self._lease.lost_reason})")
         self._state.check("update")
         if self._state.member_leases.get(self.member_id) is not self._lease:
-            self._lease.end("member record deleted or replaced")
+            self._lease.lose("member record deleted or replaced")
             raise LeaseLostError(f"member {self.member_id}: its record is gone")
         self._state.apply(self._state.model.update(self.member_id, stats))
 
     async def leave(self) -> None:
         await checkpoint()
-        self._lease.end("revoked")
+        self._lease.lose("revoked")
 
 
 class InMemoryMembership(MemoryAdapter):
@@ -58,7 +58,7 @@ class InMemoryMembership(MemoryAdapter):
         lease = await self._new_lease(member_id, ttl)
         applied = self.state.model.join(member_id, stats)
         if not self.state.apply(applied):  # joined meanwhile
-            lease.end("revoked")
+            lease.lose("revoked")
             raise MemberExistsError(applied.reason)
         self.state.member_leases[member_id] = lease
         return InMemoryMembershipLease(self.state, lease)

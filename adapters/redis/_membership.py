@@ -15,11 +15,12 @@ from contextlib import aclosing
 
 import anyio
 
+from adapters._lease import check_ttl
 from adapters.redis._base import RedisAdapter
 from adapters.redis._client import RedisClient, ms
 from adapters.redis._codec import decode_member, encode_member, new_token
 from adapters.redis._feed import Change
-from adapters.redis._lease import Lease, check_ttl
+from adapters.redis._lease import Lease
 from adapters.redis._watch import watch_snapshots
 from core.errors import LeaseLostError, MemberExistsError, ShoalError
 from core.model import MemberId, MemberStats

@@ -1,0 +1,163 @@
+"""``RenewedLease``: a lease kept alive by the client, the rule every store's lease shares.
+
+It is renewed every ``min(ttl / 2, max_renew_interval)`` seconds, each renewal bounded by
+the time left. Its *deadline* is the send time of the last successful renewal plus
+``ttl``: the store received that renewal no earlier, so it cannot expire the lease before
+the deadline. When renewals keep failing until the deadline passes, or the store answers
+that the lease is gone, the lease is lost: ``wait_lost`` returns and renewal stops.
+``is_lost`` also compares the monotonic clock with the deadline, without any I/O, so a
+process resumed after a pause sees the loss before it does anything else.
+
+A store's lease subclasses it and says how to renew (``_renew``: return normally when
+renewed, raise ``LeaseLostError`` when the store says the lease is gone,
+``StoreUnavailableError`` to retry), how to end it at the store once its deadline passed
+(``_end_expired``, so others take over now rather than at the store's own expiry), and
+optionally what else wakes the renewal loop (``_wait``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+
+import anyio
+from anyio.abc import TaskStatus
+
+from core.errors import LeaseLostError, ShoalError, StoreUnavailableError
+
+__all__ = ["RenewedLease", "check_ttl"]
+
+_log = logging.getLogger(__name__)
+
+
+def check_ttl(ttl: float) -> None:
+    """``ValueError`` unless ``ttl`` is a positive, finite number of seconds."""
+    if not (ttl > 0 and math.isfinite(ttl)):
+        raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+
+
+class RenewedLease:
+    """Run ``keep_alive`` in a task group (``task_group.start``); ``lose`` or ``stop`` it."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float,
+        granted_at: float,
+        max_renew_interval: float,
+        retry_interval: float,
+        what: str,
+    ) -> None:
+        check_ttl(ttl)
+        self.ttl = ttl
+        self._deadline = granted_at + ttl
+        self._interval = min(ttl / 2, max_renew_interval)
+        self._retry = min(retry_interval, self._interval)
+        self._what = what
+        self._lost = anyio.Event()
+        self._reason = ""
+        self._paused = False
+        self._scope: anyio.CancelScope | None = None
+        self._stopped = False
+
+    # -- what a store's lease says -----------------------------------------------------------
+
+    async def _renew(self, timeout: float) -> None:  # noqa: ASYNC109 (the time left)
+        raise NotImplementedError
+
+    async def _end_expired(self) -> None:
+        """Best effort: end the lease at the store now that its deadline passed."""
+
+    async def _wait(self, delay: float) -> None:
+        await anyio.sleep(delay)
+
+    # -- the lease ---------------------------------------------------------------------------
+
+    @property
+    def deadline(self) -> float:
+        """``time.monotonic()`` past which the lease may have expired at the store."""
+        return self._deadline
+
+    @property
+    def lost_reason(self) -> str:
+        return self._reason
+
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lost.is_set() or time.monotonic() + margin >= self._deadline
+
+    async def wait_lost(self) -> None:
+        await self._lost.wait()
+
+    def renewed(self, sent: float) -> None:
+        """Record a successful renewal (or write with a fresh TTL) sent at ``sent``."""
+        if not self._lost.is_set():
+            self._deadline = max(self._deadline, sent + self.ttl)
+
+    def lose(self, reason: str) -> None:
+        """Mark the lease lost (idempotent; the first reason wins) and stop renewing it."""
+        if not self._lost.is_set():
+            self._reason = reason
+            self._lost.set()
+            _log.info("lease of %s lost: %s", self._what, reason)
+        self.stop()
+
+    def pause_renewal(self) -> None:
+        """Stop renewing, as a paused process would; the lease is lost at its deadline.
+
+        A fault-injection hook for tests; production code never calls it.
+        """
+        self._paused = True
+
+    def stop(self) -> None:
+        """Stop renewing (the lease then expires at the store by itself). Idempotent."""
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def keep_alive(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Renew until lost or stopped; start it with ``task_group.start``."""
+        with anyio.CancelScope() as self._scope:
+            task_status.started()
+            if not self._stopped:
+                await self._renew_until_lost()
+
+    async def _renew_until_lost(self) -> None:
+        next_at = self._deadline - self.ttl + self._interval
+        failures = 0
+        while True:
+            wake = self._deadline if self._paused else min(next_at, self._deadline)
+            delay = max(0.0, wake - time.monotonic())
+            if self._paused:
+                await anyio.sleep(delay)
+            else:
+                await self._wait(delay)
+            sent = time.monotonic()
+            if sent >= self._deadline:
+                failed = f" ({failures} renewal(s) failed)" if failures else ""
+                self.lose(f"not renewed within its {self.ttl:g} s TTL{failed}")
+                if not self._paused:
+                    with anyio.CancelScope(shield=True), contextlib.suppress(ShoalError):
+                        await self._end_expired()
+                return
+            if self._paused:
+                continue
+            try:
+                await self._renew(self._deadline - sent)
+            except LeaseLostError as exc:
+                self.lose(str(exc))
+                return
+            except StoreUnavailableError as exc:
+                failures += 1
+                if failures == 1:
+                    _log.warning("lease of %s: renewal failed, retrying: %s", self._what, exc)
+                next_at = time.monotonic() + self._retry
+                continue
+            if failures:
+                _log.info("lease of %s renewed again after %d failure(s)", self._what, failures)
+            failures = 0
+            self.renewed(sent)
+            next_at = sent + self._interval
