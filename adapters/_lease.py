@@ -26,8 +26,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from core.errors import LeaseLostError, ShoalError, StoreUnavailableError
+from core.model import MemberId, MemberStats
 
-__all__ = ["RenewedLease", "check_ttl"]
+__all__ = ["LeaderOnLease", "MemberOnLease", "OnLease", "RenewedLease", "check_ttl"]
 
 _log = logging.getLogger(__name__)
 
@@ -161,3 +162,69 @@ class RenewedLease:
             failures = 0
             self.renewed(sent)
             next_at = sent + self._interval
+
+
+class OnLease:
+    """A member's or a leader's handle on the lease it lives on (``MembershipLease`` and
+    ``Leadership`` are both such handles): loss, its reason and the test hook delegate to
+    the lease."""
+
+    def __init__(self, lease: RenewedLease, owner_id: MemberId) -> None:
+        self._lease = lease
+        self._owner_id = owner_id
+
+    @property
+    def lost_reason(self) -> str:
+        return self._lease.lost_reason or "not renewed before its deadline"
+
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lease.is_lost(margin)
+
+    async def wait_lost(self) -> None:
+        await self._lease.wait_lost()
+
+    def pause_renewal(self) -> None:
+        """Fault injection for tests: stop renewing, as a paused process would."""
+        self._lease.pause_renewal()
+
+
+class MemberOnLease(OnLease):
+    """The ``MembershipLease`` port over a store's lease: a store says how to write the
+    member's stats (``_write``) and how to leave."""
+
+    @property
+    def member_id(self) -> MemberId:
+        return self._owner_id
+
+    async def update(self, stats: MemberStats) -> None:
+        """Write ``stats`` if the member is still ours. ``LeaseLostError`` when the lease
+        is lost or the member's record is gone, ``StoreUnavailableError`` when the store
+        is away."""
+        if self._lease.is_lost():
+            raise LeaseLostError(f"member {self._owner_id}: lease lost ({self.lost_reason})")
+        await self._write(stats)
+
+    async def _write(self, stats: MemberStats) -> None:
+        raise NotImplementedError
+
+    async def leave(self) -> None:
+        raise NotImplementedError
+
+
+class LeaderOnLease(OnLease):
+    """The ``Leadership`` port over a store's lease: a store says how to resign."""
+
+    def __init__(self, lease: RenewedLease, leader_id: MemberId, term: int) -> None:
+        super().__init__(lease, leader_id)
+        self._term = term
+
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def leader_id(self) -> MemberId:
+        return self._owner_id
+
+    async def resign(self) -> None:
+        raise NotImplementedError

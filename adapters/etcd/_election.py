@@ -12,6 +12,7 @@ from contextlib import aclosing
 
 import anyio
 
+from adapters._lease import LeaderOnLease
 from adapters.etcd._base import EtcdAdapter
 from adapters.etcd._client import EtcdClient
 from adapters.etcd._lease import Lease
@@ -25,47 +26,34 @@ __all__ = ["EtcdElection", "EtcdLeadership"]
 _log = logging.getLogger(__name__)
 
 
-class EtcdLeadership:
+class EtcdLeadership(LeaderOnLease):
     """Won leadership. Lost when its lease is lost or its leader key is deleted or replaced."""
 
     def __init__(
         self, election: EtcdElection, lease: Lease, leader_id: MemberId, key: str, term: int
     ) -> None:
+        super().__init__(lease, leader_id, term)
         self._election = election
-        self._lease = lease
-        self._leader_id = leader_id
+        self._etcd_lease = lease
         self._key = key
-        self._term = term
         self._lost = anyio.Event()
         self._reason = ""
         self._resigned = False
 
     @property
-    def term(self) -> int:
-        return self._term
-
-    @property
-    def leader_id(self) -> MemberId:
-        return self._leader_id
-
-    @property
     def lease_id(self) -> int:
         """etcd's id of the lease the leader key is attached to."""
-        return self._lease.id
+        return self._etcd_lease.id
 
     @property
     def lost_reason(self) -> str:
-        return self._reason or self._lease.lost_reason
+        return self._reason or super().lost_reason
 
-    def is_lost(self) -> bool:
-        return self._lost.is_set() or self._lease.is_lost()
+    def is_lost(self, margin: float = 0.0) -> bool:
+        return self._lost.is_set() or super().is_lost(margin)
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
-
-    def pause_renewal(self) -> None:
-        """Fault injection for tests: stop renewing, as a paused process would."""
-        self._lease.pause_renewal()
 
     async def resign(self) -> None:
         """Delete the leader key if it is still ours and revoke the lease. Idempotent.
@@ -80,17 +68,17 @@ class EtcdLeadership:
         client = self._election.client
         try:
             await client.txn(
-                [client.created_at(self._key, self._term)], [client.delete_op(self._key)]
+                [client.created_at(self._key, self.term)], [client.delete_op(self._key)]
             )
         finally:
-            await self._lease.revoke()
+            await self._etcd_lease.revoke()
         self._resigned = True
 
     def _lose(self, reason: str) -> None:
         if not self._lost.is_set():
             self._reason = reason
             self._lost.set()
-            _log.info("leadership of %s (term %d) lost: %s", self._leader_id, self._term, reason)
+            _log.info("leadership of %s (term %d) lost: %s", self.leader_id, self.term, reason)
 
     async def monitor(self) -> None:
         """Run until the leadership is lost: lease lost, or leader key deleted or replaced."""
@@ -110,7 +98,7 @@ class EtcdLeadership:
                         if entry is None:
                             reason = "the leader key was deleted"
                             break
-                        if entry.create_revision != self._term:
+                        if entry.create_revision != self.term:
                             reason = f"the leader key was replaced (term {entry.create_revision})"
                             break
             except ShoalError as exc:
@@ -118,7 +106,7 @@ class EtcdLeadership:
             tasks.cancel_scope.cancel()
         self._lose(reason or f"lease lost: {self._lease.lost_reason}")
         if not self._lease.is_lost():
-            await self._election.drop_lease(self._lease)
+            await self._election.drop_lease(self._etcd_lease)
 
 
 class EtcdElection(EtcdAdapter):

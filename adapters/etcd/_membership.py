@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 
+from adapters._lease import MemberOnLease
 from adapters.etcd._base import EtcdAdapter
 from adapters.etcd._client import Entry, EtcdClient
 from adapters.etcd._codec import decode_stats, encode_stats
@@ -18,55 +19,38 @@ __all__ = ["EtcdMembership", "EtcdMembershipLease"]
 _log = logging.getLogger(__name__)
 
 
-class EtcdMembershipLease:
+class EtcdMembershipLease(MemberOnLease):
     """A joined member: its key lives on ``lease``, renewed by the adapter's task group."""
 
     def __init__(
         self, client: EtcdClient, lease: Lease, member_id: MemberId, key: str, created: int
     ) -> None:
+        super().__init__(lease, member_id)
         self._client = client
-        self._lease = lease
-        self._member_id = member_id
+        self._etcd_lease = lease
         self._key = key
         self._created = created
         self._left = False
 
     @property
-    def member_id(self) -> MemberId:
-        return self._member_id
-
-    @property
     def lease_id(self) -> int:
         """etcd's id of the lease the member key is attached to."""
-        return self._lease.id
+        return self._etcd_lease.id
 
-    def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lease.is_lost(margin)
-
-    async def wait_lost(self) -> None:
-        await self._lease.wait_lost()
-
-    def pause_renewal(self) -> None:
-        """Fault injection for tests: stop renewing, as a paused process would."""
-        self._lease.pause_renewal()
-
-    async def update(self, stats: MemberStats) -> None:
-        """Write ``stats`` if the member key is still ours. Raises ``LeaseLostError`` when the
-        lease is lost or the key was deleted, ``StoreUnavailableError`` when etcd is away."""
-        if self._lease.is_lost():
-            raise LeaseLostError(f"member {self._member_id}: lease lost ({self._reason})")
+    async def _write(self, stats: MemberStats) -> None:
+        """Write ``stats`` if the member key is still ours (created at ``created``)."""
         client = self._client
         try:
             result = await client.txn(
                 [client.created_at(self._key, self._created)],
-                [client.put_op(self._key, encode_stats(stats), self._lease.id)],
+                [client.put_op(self._key, encode_stats(stats), self._etcd_lease.id)],
             )
         except LeaseLostError as exc:
             self._lease.lose(str(exc))
             raise
         if not result.succeeded:
             self._lease.lose("member key deleted or replaced")
-            raise LeaseLostError(f"member {self._member_id}: its key is gone from etcd")
+            raise LeaseLostError(f"member {self.member_id}: its key is gone from etcd")
 
     async def leave(self) -> None:
         """Revoke the lease: the member key vanishes at once. Idempotent.
@@ -76,12 +60,8 @@ class EtcdMembershipLease:
         """
         if self._left:
             return
-        await self._lease.revoke()
+        await self._etcd_lease.revoke()
         self._left = True
-
-    @property
-    def _reason(self) -> str:
-        return self._lease.lost_reason or "not renewed before its deadline"
 
 
 class EtcdMembership(EtcdAdapter):

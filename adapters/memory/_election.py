@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from anyio.lowlevel import checkpoint
 
+from adapters._lease import LeaderOnLease
 from adapters.memory._base import MemoryAdapter
-from adapters.memory._coordination import InMemoryCoordination, MemoryLease
 from core.coordination import Leader
 from core.model import MemberId
 from core.ports import LeaderInfo
@@ -13,30 +13,7 @@ from core.ports import LeaderInfo
 __all__ = ["InMemoryElection", "InMemoryLeadership"]
 
 
-class InMemoryLeadership:
-    def __init__(self, state: InMemoryCoordination, lease: MemoryLease, term: int) -> None:
-        self._state = state
-        self._lease = lease
-        self._term = term
-
-    @property
-    def term(self) -> int:
-        return self._term
-
-    @property
-    def leader_id(self) -> MemberId:
-        return self._lease.owner_id
-
-    def is_lost(self) -> bool:
-        return self._lease.is_lost()
-
-    async def wait_lost(self) -> None:
-        await self._lease.wait_lost()
-
-    def pause_renewal(self) -> None:
-        """Fault injection for tests: stop renewing, as a paused process would."""
-        self._lease.pause_renewal()
-
+class InMemoryLeadership(LeaderOnLease):
     async def resign(self) -> None:
         await checkpoint()
         self._lease.lose("resigned")
@@ -56,7 +33,7 @@ class InMemoryElection(MemoryAdapter):
                     self.state.model.lead(Leader(candidate_id, term))
                 ):
                     self.state.leader_lease = lease
-                    return InMemoryLeadership(self.state, lease, term)
+                    return InMemoryLeadership(lease, candidate_id, term)
                 lease.lose("revoked")
             else:
                 await changed.wait()

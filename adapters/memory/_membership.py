@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from anyio.lowlevel import checkpoint
 
+from adapters._lease import MemberOnLease
 from adapters.memory._base import MemoryAdapter
 from adapters.memory._coordination import InMemoryCoordination, MemoryLease
 from core.errors import LeaseLostError, MemberExistsError
@@ -14,29 +15,13 @@ from core.model import MemberId, MemberStats
 __all__ = ["InMemoryMembership", "InMemoryMembershipLease"]
 
 
-class InMemoryMembershipLease:
+class InMemoryMembershipLease(MemberOnLease):
     def __init__(self, state: InMemoryCoordination, lease: MemoryLease) -> None:
+        super().__init__(lease, lease.owner_id)
         self._state = state
-        self._lease = lease
 
-    @property
-    def member_id(self) -> MemberId:
-        return self._lease.owner_id
-
-    def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lease.is_lost(margin)
-
-    async def wait_lost(self) -> None:
-        await self._lease.wait_lost()
-
-    def pause_renewal(self) -> None:
-        """Fault injection for tests: stop renewing, as a paused process would."""
-        self._lease.pause_renewal()
-
-    async def update(self, stats: MemberStats) -> None:
+    async def _write(self, stats: MemberStats) -> None:
         await checkpoint()
-        if self._lease.is_lost():
-            raise LeaseLostError(f"member {self.member_id}: lease lost ({self._lease.lost_reason})")
         self._state.check("update")
         if self._state.member_leases.get(self.member_id) is not self._lease:
             self._lease.lose("member record deleted or replaced")

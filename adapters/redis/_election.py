@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from adapters._lease import check_ttl
+from adapters._lease import LeaderOnLease, check_ttl
 from adapters.redis._base import RedisAdapter
 from adapters.redis._client import ms
 from adapters.redis._codec import decode_leader, new_token
@@ -30,40 +30,17 @@ _log = logging.getLogger(__name__)
 _RETRY_MARGIN = 0.01  # retry a campaign this long after the leader key's TTL ran out
 
 
-class RedisLeadership:
+class RedisLeadership(LeaderOnLease):
     """Won leadership. Lost when its key is not renewed in time, or is gone or someone else's."""
 
     def __init__(self, lease: Lease, leader_id: MemberId, term: int) -> None:
-        self._lease = lease
-        self._leader_id = leader_id
-        self._term = term
-
-    @property
-    def term(self) -> int:
-        return self._term
-
-    @property
-    def leader_id(self) -> MemberId:
-        return self._leader_id
+        super().__init__(lease, leader_id, term)
+        self._key_lease = lease
 
     @property
     def key(self) -> str:
         """The leader key in Redis."""
-        return self._lease.key
-
-    @property
-    def lost_reason(self) -> str:
-        return self._lease.lost_reason
-
-    def is_lost(self) -> bool:
-        return self._lease.is_lost()
-
-    async def wait_lost(self) -> None:
-        await self._lease.wait_lost()
-
-    def pause_renewal(self) -> None:
-        """Fault injection for tests: stop renewing, as a paused process would."""
-        self._lease.pause_renewal()
+        return self._key_lease.key
 
     async def resign(self) -> None:
         """Delete the leader key if it is still ours. Idempotent.
@@ -71,7 +48,7 @@ class RedisLeadership:
         Raises ``StoreUnavailableError`` if Redis did not confirm (the key then goes when
         its TTL runs out); calling again retries.
         """
-        await self._lease.release()
+        await self._key_lease.release()
 
 
 class RedisElection(RedisAdapter):

@@ -15,7 +15,7 @@ from contextlib import aclosing
 
 import anyio
 
-from adapters._lease import check_ttl
+from adapters._lease import MemberOnLease, check_ttl
 from adapters.redis._base import RedisAdapter
 from adapters.redis._client import RedisClient, ms
 from adapters.redis._codec import decode_member, encode_member, new_token
@@ -30,53 +30,39 @@ __all__ = ["RedisMembership", "RedisMembershipLease"]
 _log = logging.getLogger(__name__)
 
 
-class RedisMembershipLease:
+class RedisMembershipLease(MemberOnLease):
     """A joined member: its key is renewed by the adapter's task group."""
 
     def __init__(
         self, client: RedisClient, lease: Lease, member_id: MemberId, events_key: str
     ) -> None:
+        super().__init__(lease, member_id)
         self._client = client
-        self._lease = lease
-        self._member_id = member_id
+        self._key_lease = lease
         self._events_key = events_key
-
-    @property
-    def member_id(self) -> MemberId:
-        return self._member_id
 
     @property
     def key(self) -> str:
         """The member's Redis key."""
-        return self._lease.key
+        return self._key_lease.key
 
-    def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lease.is_lost(margin)
-
-    async def wait_lost(self) -> None:
-        await self._lease.wait_lost()
-
-    def pause_renewal(self) -> None:
-        """Fault injection for tests: stop renewing, as a paused process would."""
-        self._lease.pause_renewal()
-
-    async def update(self, stats: MemberStats) -> None:
-        """Write ``stats`` (and renew the TTL) if the member key is still ours. Raises
-        ``LeaseLostError`` when the lease is lost or the key is gone or someone else's,
-        ``StoreUnavailableError`` when Redis is away."""
-        lease = self._lease
-        if lease.is_lost():
-            raise LeaseLostError(f"member {self._member_id}: lease lost ({self._reason})")
-        settings = self._client.settings
+    async def _write(self, stats: MemberStats) -> None:
+        """Write ``stats`` and renew the TTL, if the member key is still ours."""
+        lease = self._key_lease
         sent = time.monotonic()
         written = await self._client.script(
             "UPDATE",
             [lease.key, self._events_key],
-            [lease.token, encode_member(lease.token, stats), ms(lease.ttl), settings.events_maxlen],
+            [
+                lease.token,
+                encode_member(lease.token, stats),
+                ms(lease.ttl),
+                self._client.settings.events_maxlen,
+            ],
         )
         if not written:
             lease.lose("member key expired or taken over")
-            raise LeaseLostError(f"member {self._member_id}: its key is gone from Redis")
+            raise LeaseLostError(f"member {self.member_id}: its key is gone from Redis")
         lease.renewed(sent)
 
     async def leave(self) -> None:
@@ -85,11 +71,7 @@ class RedisMembershipLease:
         Raises ``StoreUnavailableError`` if Redis did not confirm; the key then expires
         with its TTL, and calling ``leave`` again retries.
         """
-        await self._lease.release()
-
-    @property
-    def _reason(self) -> str:
-        return self._lease.lost_reason or "not renewed before its deadline"
+        await self._key_lease.release()
 
 
 class RedisMembership(RedisAdapter):
