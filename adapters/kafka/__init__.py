@@ -20,7 +20,7 @@ coordination log ``shoal.{group}.coord-log``, decided by replay (compare-and-set
 order); stats go to the compacted ``shoal.{group}.stats``.
 """
 
-from adapters.kafka._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
+from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.kafka._election import KafkaElection, KafkaLeadership
 from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
 from adapters.kafka._settings import KafkaSettings

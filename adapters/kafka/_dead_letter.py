@@ -12,35 +12,19 @@ copy and the commit) is two records in the dead-letter topic with the same
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 import anyio
 
+from adapters._dead_letter import DeadLetterHook, DeadLetterReason
 from adapters.kafka._codec import H_DEAD_ATTEMPTS, H_DEAD_REASON, H_SOURCE, envelope_headers
 from adapters.kafka._settings import KafkaSettings
 from core.errors import PublishError
 from core.messages import Envelope
 
-__all__ = ["DeadLetterHook", "DeadLetterReason", "DeadLetters", "log_dead_letter"]
+__all__ = ["DeadLetters"]
 
 log = logging.getLogger("shoal.adapters.kafka")
-
-DeadLetterReason: TypeAlias = Literal["term", "max_deliver"]
-DeadLetterHook: TypeAlias = Callable[[Envelope, DeadLetterReason, int], Awaitable[None]]
-"""``hook(envelope, reason, attempts)``; called once per dead letter, after it is stored."""
-
-
-async def log_dead_letter(envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
-    """The default hook: one warning line."""
-    log.warning(
-        "dead letter: message %s project %s partition %d (%s after %d attempts)",
-        envelope.message_id,
-        envelope.project_id,
-        envelope.partition,
-        reason,
-        attempts,
-    )
 
 
 class DeadLetters:

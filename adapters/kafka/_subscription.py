@@ -47,9 +47,10 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from adapters._dead_letter import DeadLetterReason
 from adapters.kafka._aiokafka import ConsumerStoppedError, KafkaError, stop_quietly
 from adapters.kafka._codec import decode
-from adapters.kafka._dead_letter import DeadLetterReason, DeadLetters
+from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._ledger import Ledger
 from adapters.kafka._settings import KafkaSettings
 from core.errors import PublishError

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.lowlevel
 
+from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._admin import committed, ensure_topics
 from adapters.kafka._aiokafka import (
@@ -23,7 +24,7 @@ from adapters.kafka._aiokafka import (
     stop_quietly,
 )
 from adapters.kafka._codec import Encoded, encode
-from adapters.kafka._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
+from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._ledger import Ledger
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._subscription import KafkaSubscription

@@ -26,36 +26,21 @@ import itertools
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
 
 import anyio
 import anyio.lowlevel
 
+from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Delivery, Subscription
 
-__all__ = ["DeadLetterHook", "DeadLetterReason", "InMemoryTransport"]
+__all__ = ["InMemoryTransport"]
 
 log = logging.getLogger("shoal.adapters.memory")
-
-DeadLetterReason: TypeAlias = Literal["term", "max_deliver"]
-DeadLetterHook: TypeAlias = Callable[[Envelope, DeadLetterReason, int], Awaitable[None]]
-"""``hook(envelope, reason, attempts)``, awaited once per dead letter (as on NATS)."""
-
-
-async def _log_dead_letter(envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
-    log.warning(
-        "dead letter: message %s project %s partition %d (%s after %d attempts)",
-        envelope.message_id,
-        envelope.project_id,
-        envelope.partition,
-        reason,
-        attempts,
-    )
 
 
 @dataclass(slots=True)
@@ -100,7 +85,7 @@ class InMemoryTransport(Lifecycle):
         self.ack_wait = ack_wait
         self.max_deliver = max_deliver
         self.duplicate_window = duplicate_window
-        self._hook = dead_letter or _log_dead_letter
+        self._hook = dead_letter or log_dead_letter
         self._queues: dict[Partition, _Queue] = {}
         self._seen: OrderedDict[str, float] = OrderedDict()  # message_id -> stored at
         self._seq = itertools.count(1)

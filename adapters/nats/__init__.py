@@ -9,7 +9,7 @@ Envelope fields travel in headers, the message id as ``Nats-Msg-Id`` (see ``_cod
 Dead letters go to a second stream (see ``_dead_letter``).
 """
 
-from adapters.nats._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
+from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subscription import NatsDelivery, NatsSubscription
 from adapters.nats._transport import NatsTransport

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Literal, TypeAlias
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -37,30 +35,15 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
+from adapters._dead_letter import DeadLetterHook, DeadLetterReason
 from adapters.nats._codec import H_DEAD_ATTEMPTS, H_DEAD_REASON, decode, envelope_headers
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from core.messages import Envelope
 
-__all__ = ["DeadLetterHook", "DeadLetterReason", "DeadLetters", "log_dead_letter"]
+__all__ = ["DeadLetters"]
 
 log = logging.getLogger("shoal.adapters.nats")
-
-DeadLetterReason: TypeAlias = Literal["term", "max_deliver"]
-DeadLetterHook: TypeAlias = Callable[[Envelope, DeadLetterReason, int], Awaitable[None]]
-"""``hook(envelope, reason, attempts)``; called once per dead letter, after it is stored."""
-
-
-async def log_dead_letter(envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
-    """The default hook: one warning line."""
-    log.warning(
-        "dead letter: message %s project %s partition %d (%s after %d attempts)",
-        envelope.message_id,
-        envelope.project_id,
-        envelope.partition,
-        reason,
-        attempts,
-    )
 
 
 class DeadLetters:

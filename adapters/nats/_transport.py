@@ -16,9 +16,10 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
+from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from adapters.nats._codec import encode
-from adapters.nats._dead_letter import DeadLetterHook, DeadLetters, log_dead_letter
+from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
