@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from core.errors import ShoalError
 
-__all__ = ["InvalidRollPolicyError", "RollPolicy", "RollReason", "retry_delay", "roll_reason"]
+__all__ = ["InvalidRollPolicyError", "RollPolicy", "RollReason", "roll_reason"]
 
 
 class InvalidRollPolicyError(ShoalError, ValueError):
@@ -112,15 +112,3 @@ def roll_reason(
     if newest is not None and now >= newest + policy.quiet_after(usual_gap):
         return RollReason.IDLE
     return None
-
-
-def retry_delay(failures: int, *, base: float, cap: float) -> float:
-    """Exponential backoff after ``failures`` consecutive failures (1 -> ``base``),
-    doubling up to ``cap``. An infrastructure failure waits; it never spends a message's
-    delivery attempts."""
-    if failures < 1:
-        return 0.0
-    if base <= 0 or cap < base:
-        raise ValueError(f"need 0 < base <= cap, got base={base} cap={cap}")
-    # Bounded exponent: 2**1000 would overflow a float long before cap matters.
-    return min(cap, base * 2.0 ** min(failures - 1, 62))

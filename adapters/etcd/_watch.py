@@ -14,10 +14,10 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
-import anyio
 import grpc  # type: ignore[import-untyped]
 from etcd3aio import prefix_range_end
 
+from adapters._backoff import Backoff
 from adapters.etcd._client import Entry, EtcdClient
 from core.errors import StoreUnavailableError
 
@@ -25,19 +25,6 @@ __all__ = ["watch_snapshots"]
 
 _log = logging.getLogger(__name__)
 _DELETE = 1  # mvccpb.Event.EventType
-
-
-class _Backoff:
-    def __init__(self, first: float, cap: float) -> None:
-        self._first, self._cap = first, max(first, cap)
-        self._next = first
-
-    def reset(self) -> None:
-        self._next = self._first
-
-    async def sleep(self) -> None:
-        await anyio.sleep(self._next)
-        self._next = min(self._next * 2, self._cap)
 
 
 async def watch_snapshots(
@@ -49,7 +36,7 @@ async def watch_snapshots(
     Raises ``StoreUnavailableError`` only when the client is closed under it.
     """
     settings = client.settings
-    backoff = _Backoff(settings.retry_interval, settings.max_retry_interval)
+    backoff = Backoff(settings.retry_interval, settings.max_retry_interval)
     range_end = prefix_range_end(key).decode() if prefix else None
     entries: dict[str, Entry] | None = None
     revision = 0  # the store revision `entries` reflects

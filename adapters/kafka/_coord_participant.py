@@ -15,6 +15,7 @@ import uuid
 
 import anyio
 
+from adapters._backoff import Backoff
 from adapters._lease import check_ttl
 from adapters.kafka._assignor import ShoalAssignor
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
@@ -156,15 +157,14 @@ class GroupParticipant(KafkaCoordinationAdapter):
 
     async def refresh_until_answered(self) -> None:
         """``refresh``, retried until the broker answers (a watch survives outages)."""
-        delay = self.settings.retry_backoff
+        backoff = Backoff(self.settings.retry_backoff, 2.0)
         while True:
             try:
                 await self.refresh()
                 return
             except StoreUnavailableError as exc:
                 _log.info("group %s unreadable, retrying: %s", self.names.group_id, exc)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await backoff.sleep()
 
     def watching(self) -> _Watching:
         return _Watching(self)

@@ -14,11 +14,12 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from adapters._backoff import Backoff
 from adapters._lease import LeaderOnLease, check_ttl
 from adapters.redis._base import RedisAdapter
 from adapters.redis._client import ms
 from adapters.redis._codec import decode_leader, new_token
-from adapters.redis._feed import Backoff, Change
+from adapters.redis._feed import Change
 from adapters.redis._lease import Lease
 from core.errors import ShoalError, StoreUnavailableError
 from core.model import MemberId

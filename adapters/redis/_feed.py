@@ -28,11 +28,12 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from redis.exceptions import RedisError
 
+from adapters._backoff import Backoff
 from adapters.redis._client import RedisClient
 from adapters.redis._keys import Keys
 from core.errors import StoreUnavailableError
 
-__all__ = ["Backoff", "Change", "Feed", "Subscription"]
+__all__ = ["Change", "Feed", "Subscription"]
 
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # servers already reported as not publishing expirations
@@ -43,19 +44,6 @@ class Change:
     topic: str  # members | leader | assignment | holds
     op: str  # join, update, leave, expired, elected, resigned, published, claimed, released
     key: str
-
-
-class Backoff:
-    def __init__(self, first: float, cap: float) -> None:
-        self._first, self._cap = first, max(first, cap)
-        self._next = first
-
-    def reset(self) -> None:
-        self._next = self._first
-
-    async def sleep(self) -> None:
-        await anyio.sleep(self._next)
-        self._next = min(self._next * 2, self._cap)
 
 
 class Subscription:

@@ -7,8 +7,9 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar
 
+from adapters._backoff import Backoff
 from adapters.redis._client import RedisClient
-from adapters.redis._feed import Backoff, Change, Feed
+from adapters.redis._feed import Change, Feed
 from core.errors import StoreUnavailableError
 
 __all__ = ["watch_snapshots"]

@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 import anyio
 
 from core.errors import OwnershipLostError
-from core.landing import RollPolicy, RollReason, retry_delay, roll_reason
+from core.landing import RollPolicy, RollReason, roll_reason
 from core.messages import LandedRow
 from core.model import Partition
 from core.ports import Delivery, MembershipLease, Sink, Subscription
+from core.retry import retry_delay
 from core.table import LandedFile, LogKey, log_key, plan_landing
 from services.common.logs import fields
 from services.common.table import LandingTable

@@ -24,7 +24,7 @@ from core.coordination import Hold
 from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
 from core.handoff import ClaimAction, decide_claim
 from core.ingest import unprocessable
-from core.landing import RollPolicy, retry_delay
+from core.landing import RollPolicy
 from core.messages import LandedRow, MessageKind
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.ports import (
@@ -37,6 +37,7 @@ from core.ports import (
     Subscription,
     Transport,
 )
+from core.retry import retry_delay
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
@@ -134,17 +135,18 @@ class Handler:
             watchers.cancel_scope.cancel()
 
     async def _join(self, stop: anyio.Event) -> MembershipLease | None:
-        delay = 0.2
+        failures = 0
         while not stop.is_set():
             try:
                 lease = await self._membership.join(
                     self._id, self._stats(), self._settings.lease_ttl
                 )
             except (MemberExistsError, StoreUnavailableError) as exc:
+                failures += 1
+                delay = retry_delay(failures, base=0.2, cap=max(0.2, self._settings.lease_ttl / 2))
                 log.warning("cannot join yet", extra=fields(error=str(exc), retry_in=delay))
                 with anyio.move_on_after(delay):
                     await stop.wait()
-                delay = min(delay * 2, self._settings.lease_ttl / 2)
                 continue
             log.info("joined", extra=fields(member=self._id, ttl=self._settings.lease_ttl))
             return lease

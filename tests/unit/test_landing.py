@@ -12,10 +12,10 @@ from core.landing import (
     InvalidRollPolicyError,
     RollPolicy,
     RollReason,
-    retry_delay,
     roll_reason,
 )
 from core.messages import PROJECT_ID_PATTERN, Envelope
+from core.retry import retry_delay
 
 policies = st.builds(
     RollPolicy,
