@@ -1,22 +1,33 @@
-"""The JSON shapes every coordination backend stores: member stats and assignments.
+"""The JSON shapes every coordination backend stores, as pydantic models: member stats,
+assignments (with the term that published them) and holds.
 
-Compact, key-sorted JSON; decoding is strict (``ValueError`` naming what was wrong), except
-that stats ignore unknown keys and default missing ones, so members of two versions can
-share a store during a rolling upgrade.
+Compact, key-sorted JSON; decoding is strict (``ValueError`` naming what was wrong:
+pydantic's ``ValidationError`` is one), except that stats ignore unknown keys and default
+missing ones, so members of two versions can share a store during a rolling upgrade.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
-from core.model import Assignment, MemberStats
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
+
+from core.model import Assignment, MemberId, MemberStats
 
 __all__ = [
+    "StatsJson",
+    "StoredAssignment",
+    "StoredHold",
     "assignment_from_json",
     "assignment_to_json",
+    "decode_assignment",
+    "decode_hold",
+    "decode_json",
     "dumps",
+    "encode_assignment",
+    "encode_hold",
     "loads_object",
     "stats_from_json",
     "stats_to_json",
@@ -37,23 +48,59 @@ def loads_object(raw: bytes | str, what: str) -> dict[str, Any]:
     return value
 
 
+class StatsJson(BaseModel):
+    """Member stats on the wire: unknown keys ignored, missing ones defaulted."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cpu: float = 0.0
+    project_count: int = 0
+    last_message_id: str = ""
+    rate: float = 0.0
+
+    def to_stats(self) -> MemberStats:
+        return MemberStats(self.cpu, self.project_count, self.last_message_id, self.rate)
+
+
+class _Assignment(BaseModel):
+    generation: StrictInt
+    owners: list[list[str]]
+    term: StrictInt | None = None
+
+
+class _Hold(BaseModel):
+    member: str
+    generation: StrictInt
+    version: StrictInt | None = None
+
+
+def _invalid(what: str, exc: ValidationError, raw: object) -> ValueError:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+    )
+    return ValueError(f"{what}: {problems}: {str(raw)[:80]}")
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def decode_json(model: type[Model], raw: bytes | str, what: str) -> Model:
+    """``raw`` as ``model``; ``ValueError`` naming ``what`` and every problem."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise _invalid(what, exc, raw) from None
+
+
 def stats_to_json(stats: MemberStats) -> dict[str, Any]:
     return asdict(stats)
 
 
 def stats_from_json(value: object) -> MemberStats:
-    if not isinstance(value, dict):
-        raise ValueError(f"member stats: expected an object, got {value!r}")
-    defaults = MemberStats()
     try:
-        return MemberStats(
-            cpu=float(value.get("cpu", defaults.cpu)),
-            project_count=int(value.get("project_count", defaults.project_count)),
-            last_message_id=str(value.get("last_message_id", defaults.last_message_id)),
-            rate=float(value.get("rate", defaults.rate)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"member stats: {exc}: {value!r}") from exc
+        return StatsJson.model_validate(value).to_stats()
+    except ValidationError as exc:
+        raise _invalid("member stats", exc, value) from None
 
 
 def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
@@ -64,12 +111,50 @@ def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
 
 
 def assignment_from_json(value: object) -> Assignment:
-    if not isinstance(value, dict):
-        raise ValueError(f"assignment: expected an object, got {value!r}")
-    generation = value.get("generation")
-    owners = value.get("owners")
-    if not isinstance(generation, int) or isinstance(generation, bool):
-        raise ValueError(f"assignment: generation must be an integer, got {generation!r}")
-    if not isinstance(owners, list) or not all(isinstance(o, list) for o in owners):
-        raise ValueError(f"assignment: owners must be a list of lists, got {owners!r}"[:200])
-    return Assignment(generation, tuple(tuple(str(m) for m in o) for o in owners))
+    try:
+        wire = _Assignment.model_validate(value)
+    except ValidationError as exc:
+        raise _invalid("assignment", exc, value) from None
+    return Assignment(wire.generation, tuple(tuple(owners) for owners in wire.owners))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAssignment:
+    """An assignment as a key-value store keeps it: with the term that published it."""
+
+    assignment: Assignment
+    term: int
+
+
+def encode_assignment(assignment: Assignment, term: int) -> str:
+    return dumps({**assignment_to_json(assignment), "term": term})
+
+
+def decode_assignment(raw: bytes | str) -> StoredAssignment:
+    wire = decode_json(_Assignment, raw, "assignment")
+    if wire.term is None:
+        raise ValueError(f"assignment: term is missing: {str(raw)[:80]}")
+    return StoredAssignment(
+        Assignment(wire.generation, tuple(tuple(owners) for owners in wire.owners)), wire.term
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHold:
+    """A hold as stored; ``version`` only where the store keeps it in the value (Redis)."""
+
+    member_id: MemberId
+    generation: int
+    version: int | None
+
+
+def encode_hold(member_id: MemberId, generation: int, version: int | None = None) -> str:
+    value: dict[str, object] = {"generation": generation, "member": member_id}
+    if version is not None:
+        value["version"] = version
+    return dumps(value)
+
+
+def decode_hold(raw: bytes | str) -> StoredHold:
+    wire = decode_json(_Hold, raw, "hold")
+    return StoredHold(wire.member, wire.generation, wire.version)

@@ -14,12 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
+
+from adapters._json import StatsJson, decode_json, stats_to_json
 from adapters._json import dumps as shared_dumps
-from adapters._json import (
-    loads_object,
-    stats_from_json,
-    stats_to_json,
-)
 from core.model import MemberId, MemberStats, Partition
 
 __all__ = [
@@ -144,19 +142,6 @@ def _seat_to_json(seat: Seat, *, with_stats: bool) -> dict[str, Any]:
     return value
 
 
-def _seat_from_json(value: object) -> Seat:
-    if not isinstance(value, dict):
-        raise ValueError(f"seat: expected an object, got {value!r}")
-    stats = stats_from_json(value["stats"]) if "stats" in value else NO_STATS
-    return Seat(
-        id=_str(value, "id"),
-        inc=_str(value, "inc"),
-        member=_str(value, "member"),
-        since=_int(value, "since"),
-        stats=stats,
-    )
-
-
 def broadcast_to_json(broadcast: Broadcast) -> dict[str, Any]:
     leader = broadcast.leader
     return {
@@ -182,43 +167,12 @@ def broadcast_to_json(broadcast: Broadcast) -> dict[str, Any]:
     }
 
 
-def broadcast_from_json(value: object) -> Broadcast:
-    if not isinstance(value, dict):
-        raise ValueError(f"broadcast: expected an object, got {value!r}")
-    try:
-        raw_leader = value.get("leader")
-        leader = None
-        if raw_leader is not None:
-            if not isinstance(raw_leader, dict):
-                raise TypeError("leader must be an object")
-            leader = LeaderSeat(
-                id=_str(raw_leader, "id"),
-                inc=_str(raw_leader, "inc"),
-                member=_str(raw_leader, "member"),
-                term=_int(raw_leader, "term"),
-                since=_int(raw_leader, "since"),
-            )
-        members = [_seat_from_json(s) for s in _list(value, "members")]
-        return Broadcast(
-            kgen=_int(value, "kgen"),
-            group_leader=_str(value, "group_leader"),
-            leader=leader,
-            members={s.id: s for s in members},
-            candidates=tuple(_seat_from_json(s) for s in _list(value, "candidates")),
-            rejected=frozenset(str(r) for r in value.get("rejected", ())),
-            owners=tuple(tuple(str(m) for m in o) for o in value.get("owners", ())),
-            max_term=int(value.get("max_term", 0)),
-        )
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"broadcast: {exc!r}") from exc
-
-
 def encode_broadcast(broadcast: Broadcast) -> bytes:
     return dumps(broadcast_to_json(broadcast))
 
 
 def decode_broadcast(raw: bytes) -> Broadcast:
-    return broadcast_from_json(loads_object(raw, "broadcast"))
+    return decode_json(_BroadcastWire, raw, "broadcast").to_broadcast()
 
 
 # --- member metadata ---------------------------------------------------------------------
@@ -260,24 +214,17 @@ def encode_meta(meta: MemberMeta) -> bytes:
 
 
 def decode_meta(raw: bytes) -> MemberMeta:
-    value = loads_object(raw, "member metadata")
-    try:
-        role = value["role"]
-        if role not in (MEMBER, CANDIDATE):
-            raise ValueError(f"member metadata: unknown role {role!r}")
-        seen = value.get("seen")
-        return MemberMeta(
-            role=role,
-            id=_str(value, "id"),
-            inc=_str(value, "inc"),
-            stats=stats_from_json(value.get("stats", {})),
-            owned=tuple(int(p) for p in value.get("owned", ())),
-            owned_kgen=int(value.get("owned_kgen", 0)),
-            seen=None if seen is None else broadcast_from_json(seen),
-            log_term=int(value.get("log_term", 0)),
-        )
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"member metadata: {exc!r}: {raw[:80]!r}") from exc
+    wire = decode_json(_MetaWire, raw, "member metadata")
+    return MemberMeta(
+        role=wire.role,
+        id=wire.id,
+        inc=wire.inc,
+        stats=wire.stats.to_stats(),
+        owned=tuple(wire.owned),
+        owned_kgen=wire.owned_kgen,
+        seen=None if wire.seen is None else wire.seen.to_broadcast(),
+        log_term=wire.log_term,
+    )
 
 
 # --- stats topic ---------------------------------------------------------------------------
@@ -288,32 +235,75 @@ def encode_stats_record(inc: str, stats: MemberStats) -> bytes:
 
 
 def decode_stats_record(raw: bytes) -> tuple[str, MemberStats]:
-    value = loads_object(raw, "stats record")
-    return _str(value, "inc"), stats_from_json(value.get("stats", {}))
+    wire = decode_json(_StatsRecordWire, raw, "stats record")
+    return wire.inc, wire.stats.to_stats()
 
 
-# --- assignments in log records ------------------------------------------------------------
+# --- decoding: the wire shapes, strict but for stats (see ``adapters._json``) --------------
 
 
-# --- strict field readers ------------------------------------------------------------------
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-def _str(value: Mapping[str, Any], key: str) -> str:
-    item = value[key]
-    if not isinstance(item, str):
-        raise TypeError(f"{key} must be a string, got {item!r}")
-    return item
+class _SeatWire(_Wire):
+    id: StrictStr
+    inc: StrictStr
+    member: StrictStr
+    since: StrictInt
+    stats: StatsJson | None = None
+
+    def to_seat(self) -> Seat:
+        stats = NO_STATS if self.stats is None else self.stats.to_stats()
+        return Seat(self.id, self.inc, self.member, self.since, stats)
 
 
-def _int(value: Mapping[str, Any], key: str) -> int:
-    item = value[key]
-    if not isinstance(item, int) or isinstance(item, bool):
-        raise TypeError(f"{key} must be an integer, got {item!r}")
-    return item
+class _LeaderSeatWire(_Wire):
+    id: StrictStr
+    inc: StrictStr
+    member: StrictStr
+    term: StrictInt
+    since: StrictInt
 
 
-def _list(value: Mapping[str, Any], key: str) -> list[Any]:
-    item = value.get(key, [])
-    if not isinstance(item, list):
-        raise TypeError(f"{key} must be a list, got {item!r}")
-    return item
+class _BroadcastWire(_Wire):
+    kgen: StrictInt
+    group_leader: StrictStr
+    leader: _LeaderSeatWire | None = None
+    members: list[_SeatWire] = []
+    candidates: list[_SeatWire] = []
+    rejected: list[StrictStr] = []
+    owners: list[list[StrictStr]] = []
+    max_term: StrictInt = 0
+
+    def to_broadcast(self) -> Broadcast:
+        leader = self.leader
+        members = [s.to_seat() for s in self.members]
+        return Broadcast(
+            kgen=self.kgen,
+            group_leader=self.group_leader,
+            leader=None
+            if leader is None
+            else LeaderSeat(leader.id, leader.inc, leader.member, leader.term, leader.since),
+            members={s.id: s for s in members},
+            candidates=tuple(s.to_seat() for s in self.candidates),
+            rejected=frozenset(self.rejected),
+            owners=tuple(tuple(o) for o in self.owners),
+            max_term=self.max_term,
+        )
+
+
+class _MetaWire(_Wire):
+    role: Role
+    id: StrictStr
+    inc: StrictStr
+    stats: StatsJson = StatsJson()
+    owned: list[StrictInt] = []
+    owned_kgen: StrictInt = 0
+    seen: _BroadcastWire | None = None
+    log_term: StrictInt = 0
+
+
+class _StatsRecordWire(_Wire):
+    inc: StrictStr
+    stats: StatsJson = StatsJson()

@@ -31,14 +31,15 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictInt, StrictStr
 
-from adapters._json import assignment_from_json, loads_object
+from adapters._json import assignment_from_json, decode_json
 from adapters.kafka._coord_codec import dumps
 from adapters.kafka._coord_tail import Appender, TopicTail
 from adapters.kafka._settings import KafkaSettings
@@ -52,6 +53,56 @@ _log = logging.getLogger("shoal.adapters.kafka.coord")
 _HISTORY = 256  # published assignments kept for watchers that fall behind
 
 
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    rid: StrictStr = ""
+
+
+class _Lead(_Record):
+    op: Literal["lead"]
+    id: StrictStr
+    inc: StrictStr
+    term: StrictInt
+
+
+class _Depose(_Record):
+    op: Literal["depose"]
+    term: StrictInt
+
+
+class _Publish(_Record):
+    op: Literal["publish"]
+    term: StrictInt
+    assignment: dict[str, Any]
+
+
+class _Claim(_Record):
+    op: Literal["claim"]
+    p: StrictInt
+    member: StrictStr
+    generation: StrictInt
+    replacing: StrictInt | None = None
+
+
+class _Release(_Record):
+    op: Literal["release"]
+    p: StrictInt
+    member: StrictStr
+
+
+class _Project(_Record):
+    op: Literal["project"]
+    p: StrictInt
+    project: StrictStr
+
+
+class _AnyRecord(RootModel[_Lead | _Depose | _Publish | _Claim | _Release | _Project]):
+    root: Annotated[
+        _Lead | _Depose | _Publish | _Claim | _Release | _Project, Field(discriminator="op")
+    ]
+
+
 @dataclass
 class LogState:
     """The replayed state: ``core.coordination``'s model fed with the log's records in
@@ -60,50 +111,38 @@ class LogState:
     model: CoordinationState = field(default_factory=CoordinationState)
     history: deque[Assignment] = field(default_factory=lambda: deque(maxlen=_HISTORY))
 
-    def apply(self, offset: int, record: Mapping[str, Any]) -> Applied:
-        """Apply one record; its outcome. Raises ``ValueError`` for a malformed record."""
+    def apply(self, offset: int, raw: bytes) -> tuple[str, Applied]:
+        """Apply one record: its request id and outcome. ``ValueError`` when malformed."""
+        record = decode_json(_AnyRecord, raw, "coordination record").root
         applied = self._decide(offset, record)
         self.model = applied.state
-        if applied.accepted and record.get("op") == "publish" and self.model.assignment:
+        if applied.accepted and isinstance(record, _Publish) and self.model.assignment:
             self.history.append(self.model.assignment)
-        return applied
+        return record.rid, applied
 
-    def _decide(self, offset: int, record: Mapping[str, Any]) -> Applied:
-        model, op = self.model, record.get("op")
-        try:
-            if op == "lead":
-                return model.lead(
-                    Leader(str(record["id"]), _int(record, "term"), str(record["inc"]))
-                )
-            if op == "depose":
-                return model.vacate(_int(record, "term"))
-            if op == "publish":
-                return model.publish(
-                    assignment_from_json(record["assignment"]), _int(record, "term")
-                )
-            if op == "claim":
-                replacing = record.get("replacing")
+    def _decide(
+        self, offset: int, record: _Lead | _Depose | _Publish | _Claim | _Release | _Project
+    ) -> Applied:
+        model = self.model
+        match record:
+            case _Lead():
+                return model.lead(Leader(record.id, record.term, record.inc))
+            case _Depose():
+                return model.vacate(record.term)
+            case _Publish():
+                return model.publish(assignment_from_json(record.assignment), record.term)
+            case _Claim():
                 return model.claim(
-                    _int(record, "p"),
-                    str(record["member"]),
-                    _int(record, "generation"),
-                    replacing=None if replacing is None else int(replacing),
+                    record.p,
+                    record.member,
+                    record.generation,
+                    replacing=record.replacing,
                     version=offset,
                 )
-            if op == "release":
-                return model.release(_int(record, "p"), str(record["member"]))
-            if op == "project":
-                return model.register_project(_int(record, "p"), str(record["project"]))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed {op} record: {exc!r}") from exc
-        raise ValueError(f"unknown operation {op!r}")
-
-
-def _int(record: Mapping[str, Any], key: str) -> int:
-    value = record[key]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{key} must be an integer, got {value!r}")
-    return value
+            case _Release():
+                return model.release(record.p, record.member)
+            case _Project():
+                return model.register_project(record.p, record.project)
 
 
 class CoordLog:
@@ -176,8 +215,6 @@ class CoordLog:
     def _on_record(self, offset: int, key: bytes | None, value: bytes | None) -> None:
         if value is None:
             return
-        record = loads_object(value, "coordination record")
-        outcome = self.state.apply(offset, record)
-        rid = record.get("rid")
-        if isinstance(rid, str) and rid in self._waiting:
+        rid, outcome = self.state.apply(offset, value)
+        if rid in self._waiting:
             self._waiting[rid] = outcome

@@ -10,19 +10,34 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 
 from adapters._json import (
-    assignment_from_json,
-    assignment_to_json,
+    StoredAssignment,
+    decode_assignment,
     dumps,
+    encode_assignment,
+    encode_hold,
     loads_object,
     stats_from_json,
     stats_to_json,
 )
+from adapters._json import decode_hold as decode_stored_hold
 from core.coordination import Hold
-from core.model import Assignment, MemberId, MemberStats, Partition
+from core.model import MemberStats, Partition
 from core.ports import LeaderInfo
+
+__all__ = [
+    "StoredAssignment",
+    "decode_assignment",
+    "decode_hold",
+    "decode_leader",
+    "decode_member",
+    "encode_assignment",
+    "encode_hold",
+    "encode_member",
+    "new_token",
+    "new_version",
+]
 
 
 def new_token() -> str:
@@ -69,42 +84,11 @@ def decode_leader(raw: bytes) -> LeaderInfo:
     return LeaderInfo(leader_id=parts[2], term=int(parts[1]))
 
 
-# --- assignment ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StoredAssignment:
-    assignment: Assignment
-    term: int
-
-
-def encode_assignment(assignment: Assignment, term: int) -> str:
-    return dumps({**assignment_to_json(assignment), "term": term})
-
-
-def decode_assignment(raw: bytes) -> StoredAssignment:
-    value = loads_object(raw, "assignment")
-    term = value.get("term")
-    if not isinstance(term, int) or isinstance(term, bool):
-        raise ValueError(f"assignment: term must be an integer: {raw[:80]!r}")
-    return StoredAssignment(assignment_from_json(value), term)
-
-
 # --- holds -----------------------------------------------------------------------------
 
 
-def encode_hold(member_id: MemberId, generation: int, version: int) -> str:
-    return dumps({"generation": generation, "member": member_id, "version": version})
-
-
 def decode_hold(partition: Partition, raw: bytes) -> Hold:
-    value = loads_object(raw, "hold")
-    member, generation = value.get("member"), value.get("generation")
-    version = value.get("version")
-    if (
-        not isinstance(member, str)
-        or not isinstance(generation, int)
-        or not isinstance(version, int)
-    ):
-        raise ValueError(f"hold: expected member, generation and version: {raw[:80]!r}")
-    return Hold(partition, member, generation, version)
+    stored = decode_stored_hold(raw)
+    if stored.version is None:
+        raise ValueError(f"hold: version is missing: {raw[:80]!r}")
+    return Hold(partition, stored.member_id, stored.generation, stored.version)
