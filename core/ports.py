@@ -23,11 +23,13 @@ __all__ = [
     "AssignmentStore",
     "Delivery",
     "Election",
+    "HoldStore",
     "LandingLog",
     "LeaderInfo",
     "Leadership",
     "Membership",
     "MembershipLease",
+    "ProjectRegistry",
     "Scaler",
     "Sink",
     "Subscription",
@@ -124,6 +126,9 @@ class Election(Protocol):
 
 
 class AssignmentStore(Protocol):
+    """The published assignment. Every method raises ``StoreUnavailableError`` when the
+    store does not answer in time (a write may or may not have been applied then)."""
+
     async def publish(self, assignment: Assignment, term: int) -> None:
         """Store ``assignment`` if ``term`` is still the current leader's term and the stored
         generation is lower. Raises ``FencedError`` otherwise; stores nothing then."""
@@ -137,6 +142,11 @@ class AssignmentStore(Protocol):
         """Yield the stored assignment (if any) and then every newer generation, in order of
         generation; generations already yielded are never yielded again."""
         ...
+
+
+class HoldStore(Protocol):
+    """The handoff lock of each partition: who processes it now. Every method raises
+    ``StoreUnavailableError`` when the store does not answer in time."""
 
     async def holds(self) -> Mapping[Partition, Hold]:
         """Every partition currently held, with its holder."""
@@ -157,7 +167,12 @@ class AssignmentStore(Protocol):
         """Drop ``member_id``'s hold on ``partition``; no-op when it does not hold it."""
         ...
 
-    async def register_project(self, partition: Partition, project_id: str) -> bool:
+
+class ProjectRegistry(Protocol):
+    """The projects announced on each partition. Every method raises
+    ``StoreUnavailableError`` when the store does not answer in time."""
+
+    async def register(self, partition: Partition, project_id: str) -> bool:
         """Remember that ``project_id`` lives on ``partition``; True the first time."""
         ...
 

@@ -9,13 +9,15 @@ Each adapter is an async context manager owning its connection and keepalive tas
 from adapters.etcd._election import EtcdElection, EtcdLeadership
 from adapters.etcd._membership import EtcdMembership, EtcdMembershipLease
 from adapters.etcd._settings import EtcdSettings
-from adapters.etcd._store import EtcdAssignmentStore
+from adapters.etcd._store import EtcdAssignmentStore, EtcdHoldStore, EtcdProjectRegistry
 
 __all__ = [
     "EtcdAssignmentStore",
     "EtcdElection",
+    "EtcdHoldStore",
     "EtcdLeadership",
     "EtcdMembership",
     "EtcdMembershipLease",
+    "EtcdProjectRegistry",
     "EtcdSettings",
 ]

@@ -1,4 +1,5 @@
-"""``EtcdAssignmentStore``: the assignment (one key), partition holds and project lists.
+"""``EtcdAssignmentStore``, ``EtcdHoldStore``, ``EtcdProjectRegistry``: the assignment (one
+key), partition holds (``holds/{p}``) and project lists (``projects/{p}/{project}``).
 
 The whole assignment is ONE key, ``assignment`` -> {generation, owners, term}: a txn is
 limited to 128 operations by default (``--max-txn-ops``), and a generation must switch
@@ -27,7 +28,7 @@ from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
-__all__ = ["EtcdAssignmentStore"]
+__all__ = ["EtcdAssignmentStore", "EtcdHoldStore", "EtcdProjectRegistry"]
 
 _log = logging.getLogger(__name__)
 _MAX_VALUE_BYTES = 1_500_000  # etcd's default --max-request-bytes is 1.5 MiB, less overhead
@@ -98,6 +99,14 @@ class EtcdAssignmentStore(EtcdAdapter):
                     last = stored.assignment.generation
                     yield stored.assignment
 
+    @staticmethod
+    def _decode_assignment(entry: Entry | None) -> StoredAssignment | None:
+        return None if entry is None else decode_assignment(entry.value)
+
+
+class EtcdHoldStore(EtcdAdapter):
+    """The ``HoldStore`` port on etcd: the handoff lock of each partition."""
+
     async def holds(self) -> Mapping[Partition, Hold]:
         entries, _ = await self._client.get_prefix(self._keys.holds)
         return self._decode_holds(entries)
@@ -149,22 +158,6 @@ class EtcdAssignmentStore(EtcdAdapter):
             (now,) = result.ranges
             entry = now[0] if now else None
 
-    async def register_project(self, partition: Partition, project_id: str) -> bool:
-        client, key = self._client, self._keys.project(partition, project_id)
-        result = await client.txn([client.created_at(key, 0)], [client.put_op(key, b"")])
-        return result.succeeded
-
-    async def projects(self, partition: Partition) -> frozenset[str]:
-        prefix = self._keys.projects(partition)
-        entries, _ = await self._client.get_prefix(prefix, keys_only=True)
-        return frozenset(entry.key.removeprefix(prefix) for entry in entries)
-
-    # --- decoding ------------------------------------------------------------------------
-
-    @staticmethod
-    def _decode_assignment(entry: Entry | None) -> StoredAssignment | None:
-        return None if entry is None else decode_assignment(entry.value)
-
     def _decode_hold(self, entry: Entry) -> Hold | None:
         try:
             partition = int(entry.key.removeprefix(self._keys.holds))
@@ -180,3 +173,19 @@ class EtcdAssignmentStore(EtcdAdapter):
             hold.partition: hold
             for hold in sorted((h for h in holds if h is not None), key=lambda h: h.partition)
         }
+
+
+class EtcdProjectRegistry(EtcdAdapter):
+    """The ``ProjectRegistry`` port on etcd: the projects seen on each partition."""
+
+    async def register(self, partition: Partition, project_id: str) -> bool:
+        client, key = self._client, self._keys.project(partition, project_id)
+        result = await client.txn([client.created_at(key, 0)], [client.put_op(key, b"")])
+        return result.succeeded
+
+    async def projects(self, partition: Partition) -> frozenset[str]:
+        prefix = self._keys.projects(partition)
+        entries, _ = await self._client.get_prefix(prefix, keys_only=True)
+        return frozenset(entry.key.removeprefix(prefix) for entry in entries)
+
+    # --- decoding ------------------------------------------------------------------------

@@ -10,7 +10,8 @@ max_deliver and delivery counts are emulated on top (``_subscription``, ``_ledge
 Dead letters go to ``shoal.dlq`` (``_dead_letter``), registration replies to ``shoal.reg``.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.
 
-Coordination (``KafkaMembership``, ``KafkaElection``, ``KafkaAssignmentStore``): the
+Coordination (``KafkaMembership``, ``KafkaElection``, ``KafkaAssignmentStore``,
+``KafkaHoldStore``, ``KafkaProjectRegistry``): the
 two-level design. Members and leader candidates are sessions of the consumer group
 ``shoal.{group}.coord`` (the broker's group coordinator tracks them and picks a group
 leader); the group leader's ``ShoalAssignor`` admits members, elects the shoal leader among
@@ -24,7 +25,7 @@ from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_let
 from adapters.kafka._election import KafkaElection, KafkaLeadership
 from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
 from adapters.kafka._settings import KafkaSettings
-from adapters.kafka._store import KafkaAssignmentStore
+from adapters.kafka._store import KafkaAssignmentStore, KafkaHoldStore, KafkaProjectRegistry
 from adapters.kafka._subscription import KafkaDelivery, KafkaSubscription
 from adapters.kafka._transport import KafkaTransport, kafka_partitioner
 
@@ -34,9 +35,11 @@ __all__ = [
     "KafkaAssignmentStore",
     "KafkaDelivery",
     "KafkaElection",
+    "KafkaHoldStore",
     "KafkaLeadership",
     "KafkaMembership",
     "KafkaMembershipLease",
+    "KafkaProjectRegistry",
     "KafkaSettings",
     "KafkaSubscription",
     "KafkaTransport",

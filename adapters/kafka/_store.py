@@ -1,10 +1,11 @@
-"""``KafkaAssignmentStore``: the assignment, holds and projects in the coordination log.
+"""``KafkaAssignmentStore``, ``KafkaHoldStore``, ``KafkaProjectRegistry``: the assignment,
+holds and projects in the coordination log.
 
 Every write is a request appended to ``shoal.{group}.coord-log`` and decided by replay (see
 ``_coord_log``): ``publish`` is accepted only under the term the log's last ``lead`` named
 (a resigned or superseded leader is fenced) and for a higher generation; ``claim`` is a
 compare-and-set on the hold's version (the offset of the claim that made it); ``release``
-and ``register_project`` likewise. Reads first catch up with the log's end, so a read sees
+and ``register`` likewise. Reads first catch up with the log's end, so a read sees
 every write confirmed before it (from any process).
 """
 
@@ -20,15 +21,11 @@ from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
-__all__ = ["KafkaAssignmentStore"]
+__all__ = ["KafkaAssignmentStore", "KafkaHoldStore", "KafkaProjectRegistry"]
 
 
-class KafkaAssignmentStore(KafkaCoordinationAdapter):
-    """The ``AssignmentStore`` port on the Kafka coordination log. Use as ``async with``.
-
-    Every method raises ``StoreUnavailableError`` when Kafka does not answer in time; a
-    write that timed out may or may not have been applied.
-    """
+class KafkaLogAdapter(KafkaCoordinationAdapter):
+    """A coordination adapter that tails the coordination log (``_coord_log``)."""
 
     def __init__(self, settings: KafkaSettings | None = None) -> None:
         super().__init__(settings)
@@ -40,6 +37,14 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
 
     async def _close(self) -> None:
         await self.log.stop()
+
+
+class KafkaAssignmentStore(KafkaLogAdapter):
+    """The ``AssignmentStore`` port on the Kafka coordination log. Use as ``async with``.
+
+    Every method raises ``StoreUnavailableError`` when Kafka does not answer in time; a
+    write that timed out may or may not have been applied.
+    """
 
     async def publish(self, assignment: Assignment, term: int) -> None:
         outcome = await self.log.request(
@@ -68,6 +73,10 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
                     last = assignment.generation
                     yield assignment
             await changed.wait()
+
+
+class KafkaHoldStore(KafkaLogAdapter):
+    """The ``HoldStore`` port on the Kafka coordination log: the handoff lock of each partition."""
 
     async def holds(self) -> Mapping[Partition, Hold]:
         await self.log.sync()
@@ -106,7 +115,12 @@ class KafkaAssignmentStore(KafkaCoordinationAdapter):
                 return
         await self.log.request("release", p=partition, member=member_id)
 
-    async def register_project(self, partition: Partition, project_id: str) -> bool:
+
+class KafkaProjectRegistry(KafkaLogAdapter):
+    """The ``ProjectRegistry`` port on the Kafka coordination log: the projects seen on
+    each partition."""
+
+    async def register(self, partition: Partition, project_id: str) -> bool:
         if project_id in self.log.state.model.projects.get(partition, ()):
             return False
         outcome = await self.log.request("project", p=partition, project=project_id)

@@ -2,7 +2,8 @@
 suites, for service-level tests.
 
 Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership``,
-``InMemoryElection`` and ``InMemoryAssignmentStore`` (one class per port).
+``InMemoryElection``, ``InMemoryAssignmentStore``, ``InMemoryHoldStore`` and
+``InMemoryProjectRegistry`` (one class per port).
 """
 
 from adapters.memory._coordination import InMemoryCoordination
@@ -11,18 +12,24 @@ from adapters.memory._landing_log import InMemoryLandingLog
 from adapters.memory._ledger import InMemoryLedger
 from adapters.memory._membership import InMemoryMembership, InMemoryMembershipLease
 from adapters.memory._scaler import InMemoryScaler
-from adapters.memory._store import InMemoryAssignmentStore
+from adapters.memory._store import (
+    InMemoryAssignmentStore,
+    InMemoryHoldStore,
+    InMemoryProjectRegistry,
+)
 from adapters.memory._transport import InMemoryTransport
 
 __all__ = [
     "InMemoryAssignmentStore",
     "InMemoryCoordination",
     "InMemoryElection",
+    "InMemoryHoldStore",
     "InMemoryLandingLog",
     "InMemoryLeadership",
     "InMemoryLedger",
     "InMemoryMembership",
     "InMemoryMembershipLease",
+    "InMemoryProjectRegistry",
     "InMemoryScaler",
     "InMemoryTransport",
 ]

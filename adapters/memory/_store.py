@@ -1,4 +1,4 @@
-"""``InMemoryAssignmentStore``: the AssignmentStore port over ``InMemoryCoordination``."""
+"""The AssignmentStore, HoldStore and ProjectRegistry ports over ``InMemoryCoordination``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
-__all__ = ["InMemoryAssignmentStore"]
+__all__ = ["InMemoryAssignmentStore", "InMemoryHoldStore", "InMemoryProjectRegistry"]
 
 
 class InMemoryAssignmentStore(MemoryAdapter):
@@ -39,6 +39,10 @@ class InMemoryAssignmentStore(MemoryAdapter):
                         last = assignment.generation
                         yield assignment
             await changed.wait()
+
+
+class InMemoryHoldStore(MemoryAdapter):
+    """The ``HoldStore`` port on the in-memory store: the handoff lock of each partition."""
 
     async def holds(self) -> Mapping[Partition, Hold]:
         await self._step("holds")
@@ -75,8 +79,12 @@ class InMemoryAssignmentStore(MemoryAdapter):
         await self._step("release")
         self.state.apply(self.state.model.release(partition, member_id))
 
-    async def register_project(self, partition: Partition, project_id: str) -> bool:
-        await self._step("register_project")
+
+class InMemoryProjectRegistry(MemoryAdapter):
+    """The ``ProjectRegistry`` port on the in-memory store: the projects seen on each partition."""
+
+    async def register(self, partition: Partition, project_id: str) -> bool:
+        await self._step("register")
         return self.state.apply(self.state.model.register_project(partition, project_id))
 
     async def projects(self, partition: Partition) -> frozenset[str]:

@@ -13,13 +13,15 @@ it they are seen within ``resync_interval``.
 from adapters.redis._election import RedisElection, RedisLeadership
 from adapters.redis._membership import RedisMembership, RedisMembershipLease
 from adapters.redis._settings import RedisSettings
-from adapters.redis._store import RedisAssignmentStore
+from adapters.redis._store import RedisAssignmentStore, RedisHoldStore, RedisProjectRegistry
 
 __all__ = [
     "RedisAssignmentStore",
     "RedisElection",
+    "RedisHoldStore",
     "RedisLeadership",
     "RedisMembership",
     "RedisMembershipLease",
+    "RedisProjectRegistry",
     "RedisSettings",
 ]

@@ -1,4 +1,5 @@
-"""``RedisAssignmentStore``: the assignment (one key), partition holds and project sets.
+"""``RedisAssignmentStore``, ``RedisHoldStore``, ``RedisProjectRegistry``: the assignment
+(one key), partition holds and project sets.
 
 - ``assignment`` -> ``{generation, owners, term}`` JSON; ``publish`` is one script that
   stores it only if the leader key's term equals the caller's and the stored generation
@@ -29,7 +30,7 @@ from core.coordination import Hold
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
-__all__ = ["RedisAssignmentStore"]
+__all__ = ["RedisAssignmentStore", "RedisHoldStore", "RedisProjectRegistry"]
 
 _log = logging.getLogger(__name__)
 
@@ -108,6 +109,20 @@ class RedisAssignmentStore(RedisAdapter):
                         last,
                     )
 
+    async def _stored(self) -> StoredAssignment | None:
+        raw = await self._client.get(self._keys.assignment)
+        if raw is None:
+            return None
+        try:
+            return decode_assignment(raw)
+        except ValueError as exc:
+            _log.warning("redis: ignoring the stored assignment: %s", exc)
+            return None
+
+
+class RedisHoldStore(RedisAdapter):
+    """The ``HoldStore`` port on Redis: the handoff lock of each partition."""
+
     async def holds(self) -> Mapping[Partition, Hold]:
         return self._decode_holds(await self._client.hgetall(self._keys.holds))
 
@@ -159,25 +174,6 @@ class RedisAssignmentStore(RedisAdapter):
             [partition, member_id, self.settings.events_maxlen],
         )
 
-    async def register_project(self, partition: Partition, project_id: str) -> bool:
-        return await self._client.sadd(self._keys.projects(partition), project_id) == 1
-
-    async def projects(self, partition: Partition) -> frozenset[str]:
-        members = await self._client.smembers(self._keys.projects(partition))
-        return frozenset(member.decode() for member in members)
-
-    # --- decoding ------------------------------------------------------------------------
-
-    async def _stored(self) -> StoredAssignment | None:
-        raw = await self._client.get(self._keys.assignment)
-        if raw is None:
-            return None
-        try:
-            return decode_assignment(raw)
-        except ValueError as exc:
-            _log.warning("redis: ignoring the stored assignment: %s", exc)
-            return None
-
     @staticmethod
     def _decode_holds(raw: Mapping[bytes, bytes]) -> dict[Partition, Hold]:
         holds: dict[Partition, Hold] = {}
@@ -188,3 +184,16 @@ class RedisAssignmentStore(RedisAdapter):
             except ValueError as exc:
                 _log.warning("redis: ignoring hold %r: %s", field, exc)
         return dict(sorted(holds.items()))
+
+
+class RedisProjectRegistry(RedisAdapter):
+    """The ``ProjectRegistry`` port on Redis: the projects seen on each partition."""
+
+    async def register(self, partition: Partition, project_id: str) -> bool:
+        return await self._client.sadd(self._keys.projects(partition), project_id) == 1
+
+    async def projects(self, partition: Partition) -> frozenset[str]:
+        members = await self._client.smembers(self._keys.projects(partition))
+        return frozenset(member.decode() for member in members)
+
+    # --- decoding ------------------------------------------------------------------------

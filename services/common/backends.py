@@ -9,16 +9,32 @@ from __future__ import annotations
 
 from dependency_injector import containers, providers
 
-from adapters.etcd import EtcdAssignmentStore, EtcdElection, EtcdMembership, EtcdSettings
+from adapters.etcd import (
+    EtcdAssignmentStore,
+    EtcdElection,
+    EtcdHoldStore,
+    EtcdMembership,
+    EtcdProjectRegistry,
+    EtcdSettings,
+)
 from adapters.kafka import (
     KafkaAssignmentStore,
     KafkaElection,
+    KafkaHoldStore,
     KafkaMembership,
+    KafkaProjectRegistry,
     KafkaSettings,
     KafkaTransport,
 )
 from adapters.nats import NatsSettings, NatsTransport
-from adapters.redis import RedisAssignmentStore, RedisElection, RedisMembership, RedisSettings
+from adapters.redis import (
+    RedisAssignmentStore,
+    RedisElection,
+    RedisHoldStore,
+    RedisMembership,
+    RedisProjectRegistry,
+    RedisSettings,
+)
 
 
 class Backends(containers.DeclarativeContainer):
@@ -48,6 +64,18 @@ class Backends(containers.DeclarativeContainer):
         etcd=providers.Factory(EtcdAssignmentStore, etcd_settings),
         redis=providers.Factory(RedisAssignmentStore, redis_settings),
         kafka=providers.Factory(KafkaAssignmentStore, kafka_settings),
+    )
+    hold_store = providers.Selector(
+        config.coordination,
+        etcd=providers.Factory(EtcdHoldStore, etcd_settings),
+        redis=providers.Factory(RedisHoldStore, redis_settings),
+        kafka=providers.Factory(KafkaHoldStore, kafka_settings),
+    )
+    project_registry = providers.Selector(
+        config.coordination,
+        etcd=providers.Factory(EtcdProjectRegistry, etcd_settings),
+        redis=providers.Factory(RedisProjectRegistry, redis_settings),
+        kafka=providers.Factory(KafkaProjectRegistry, kafka_settings),
     )
     transport = providers.Selector(
         config.transport,

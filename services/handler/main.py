@@ -40,7 +40,9 @@ async def serve(container: HandlerContainer) -> None:
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         membership = await stack.enter_async_context(container.backends.membership())
-        store = await stack.enter_async_context(container.backends.assignment_store())
+        assignments = await stack.enter_async_context(container.backends.assignment_store())
+        holds = await stack.enter_async_context(container.backends.hold_store())
+        projects = await stack.enter_async_context(container.backends.project_registry())
         transport = await stack.enter_async_context(container.backends.transport())
         zone = await stack.enter_async_context(
             open_landing_zone(settings.data_dir, parquet=container.parquet())
@@ -48,7 +50,9 @@ async def serve(container: HandlerContainer) -> None:
         handler = Handler(
             settings=settings,
             membership=membership,
-            store=store,
+            assignments=assignments,
+            holds=holds,
+            projects=projects,
             transport=transport,
             sink=zone.sink,
             landing_log=zone.log,

@@ -30,9 +30,11 @@ from core.model import Assignment, MemberId, MemberStats, Partition
 from core.ports import (
     AssignmentStore,
     Delivery,
+    HoldStore,
     LandingLog,
     Membership,
     MembershipLease,
+    ProjectRegistry,
     Sink,
     Subscription,
     Transport,
@@ -65,7 +67,9 @@ class Handler:
         *,
         settings: HandlerSettings,
         membership: Membership,
-        store: AssignmentStore,
+        assignments: AssignmentStore,
+        holds: HoldStore,
+        projects: ProjectRegistry,
         transport: Transport,
         sink: Sink,
         landing_log: LandingLog,
@@ -74,7 +78,9 @@ class Handler:
         self._settings = settings
         self._id: MemberId = settings.id
         self._membership = membership
-        self._store = store
+        self._assignments = assignments
+        self._hold_store = holds
+        self._registry = projects
         self._transport = transport
         self._sink = sink
         self._table = LandingTable(landing_log, writer=settings.id)
@@ -203,7 +209,7 @@ class Handler:
         log.info("drained", extra=fields(partitions=len(draining)))
 
     async def _follow_assignment(self, lease: MembershipLease, tg: TaskGroup) -> None:
-        async for assignment in self._store.watch():
+        async for assignment in self._assignments.watch():
             self._apply(assignment, lease, tg)
 
     def _apply(self, assignment: Assignment, lease: MembershipLease, tg: TaskGroup) -> None:
@@ -270,7 +276,7 @@ class Handler:
             return
         self._metrics.handoff_seconds.observe(time.monotonic() - ownership.granted_at)
         try:
-            self._projects[partition] = set(await self._store.projects(partition))
+            self._projects[partition] = set(await self._registry.projects(partition))
             subscription = await self._transport.open(partition, self._id)
             self._lander.opened(subscription)
             try:
@@ -284,7 +290,7 @@ class Handler:
             # partition is buffered any more; on a lost lease it lets the new owner start
             # without waiting for this member to disappear.
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._store.release(partition, self._id)
+                await self._hold_store.release(partition, self._id)
                 log.info(
                     "released", extra=fields(partition=partition, generation=ownership.generation)
                 )
@@ -294,7 +300,7 @@ class Handler:
         partition = ownership.partition
         while not ownership.revoked.is_set():
             decision = decide_claim(self._id, self._holds.get(partition), self._members)
-            if decision.action is not ClaimAction.WAIT and await self._store.claim(
+            if decision.action is not ClaimAction.WAIT and await self._hold_store.claim(
                 partition, self._id, ownership.generation, decision.replacing
             ):
                 log.info(
@@ -309,7 +315,7 @@ class Handler:
             # The hold or the member set changes when the previous owner releases or
             # expires; the timeout re-reads in case a change was missed.
             if not await self._coordination.wait_change(within=1.0):
-                self._holds = dict(await self._store.holds())
+                self._holds = dict(await self._hold_store.holds())
         return False
 
     async def _hand_back(
@@ -378,7 +384,7 @@ class Handler:
 
     async def _register(self, partition: Partition, project_id: str) -> None:
         self._projects.setdefault(partition, set()).add(project_id)
-        if await self._store.register_project(partition, project_id):
+        if await self._registry.register(partition, project_id):
             log.info("project registered", extra=fields(project=project_id, partition=partition))
         await self._transport.reply_registration(partition, project_id, self._id)
 
@@ -416,7 +422,7 @@ class Handler:
         return round(sum(n for _, n in recent) / 10.0, 1)
 
     async def _watch_holds(self) -> None:
-        async for holds in self._store.watch_holds():
+        async for holds in self._hold_store.watch_holds():
             self._holds = dict(holds)
             self._coordination.set(self._coordination.value + 1)
 

@@ -60,6 +60,7 @@ async def serve(container: LeaderContainer) -> None:
         election = await stack.enter_async_context(container.backends.election())
         membership = await stack.enter_async_context(container.backends.membership())
         store = await stack.enter_async_context(container.backends.assignment_store())
+        holds = await stack.enter_async_context(container.backends.hold_store())
         transport = await stack.enter_async_context(container.backends.transport())
         scaler: Scaler | None = None
         if scaling_settings.active:
@@ -92,6 +93,7 @@ async def serve(container: LeaderContainer) -> None:
             election=election,
             membership=membership,
             store=store,
+            holds=holds,
             transport=transport,
             partitions=shoal.partitions,
             peers=settings.peers,

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Gauge
 
-from core.ports import AssignmentStore, Election, Membership, Transport
+from core.ports import AssignmentStore, Election, HoldStore, Membership, Transport
 from services.common.metrics import metrics_response
 from services.leader.coordinator import Coordinator
 from services.leader.dashboard import mount_dashboard
@@ -34,6 +34,7 @@ class StatusReader:
         election: Election,
         membership: Membership,
         store: AssignmentStore,
+        holds: HoldStore,
         transport: Transport,
         partitions: int,
         lag_ttl: float = 2.0,
@@ -43,6 +44,7 @@ class StatusReader:
         self._election = election
         self._membership = membership
         self._store = store
+        self._holds = holds
         self._transport = transport
         self._partitions = partitions
         self._lag_ttl = lag_ttl
@@ -103,7 +105,7 @@ class StatusReader:
         leader = await self._election.leader()
         members = await self._membership.members()
         assignment = await self._store.current()
-        holds = await self._store.holds()
+        holds = await self._holds.holds()
         lags = await self.lags()
         owners = assignment.owners if assignment else ((),) * self._partitions
         generation = assignment.generation if assignment else 0

@@ -21,7 +21,9 @@ from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,
     InMemoryElection,
+    InMemoryHoldStore,
     InMemoryMembership,
+    InMemoryProjectRegistry,
     InMemoryTransport,
 )
 from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
@@ -96,6 +98,7 @@ class Stack:
             InMemoryElection(self.state) as election,
             InMemoryMembership(self.state) as membership,
             InMemoryAssignmentStore(self.state) as store,
+            InMemoryHoldStore(self.state) as holds,
         ):
             coordinator = Coordinator(
                 settings=LeaderSettings(id=leader_id, lease_ttl=1.0, debounce=0.05),
@@ -110,6 +113,7 @@ class Stack:
                 election=election,
                 membership=membership,
                 store=store,
+                holds=holds,
                 transport=self.transport,
                 partitions=PARTITIONS,
                 lag_ttl=0.5,
@@ -129,14 +133,18 @@ class Stack:
     ) -> None:
         async with (
             InMemoryMembership(self.state) as membership,
-            InMemoryAssignmentStore(self.state) as store,
+            InMemoryAssignmentStore(self.state) as assignments,
+            InMemoryHoldStore(self.state) as holds,
+            InMemoryProjectRegistry(self.state) as projects,
         ):
             handler = Handler(
                 settings=HandlerSettings(
                     id=handler_id, lease_ttl=1.0, stats_interval=0.5, fetch_timeout=0.05
                 ),
                 membership=membership,
-                store=store,
+                assignments=assignments,
+                holds=holds,
+                projects=projects,
                 transport=self.transport,
                 sink=ParquetSink(ParquetSettings(data_dir=self.data_dir)),
                 landing_log=LocalLandingLog(self.data_dir),

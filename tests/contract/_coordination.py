@@ -1,4 +1,5 @@
-"""Contract suites of the coordination ports: Membership, Election, AssignmentStore.
+"""Contract suites of the coordination ports: Membership, Election, AssignmentStore,
+HoldStore, ProjectRegistry, and every store against the core model of the rules.
 
 Written once, run against every adapter (Watermill's habit). A test module subclasses
 ``MembershipContract``, ``ElectionContract`` and ``AssignmentStoreContract`` and provides a
@@ -27,18 +28,23 @@ from core.model import Assignment, MemberStats
 from core.ports import (
     AssignmentStore,
     Election,
+    HoldStore,
     LeaderInfo,
     Leadership,
     Membership,
     MembershipLease,
+    ProjectRegistry,
 )
 
 __all__ = [
     "AssignmentStoreContract",
     "CoordinationHarness",
+    "CoordinationModelContract",
     "ElectionContract",
     "Features",
+    "HoldStoreContract",
     "MembershipContract",
+    "ProjectRegistryContract",
 ]
 
 T = TypeVar("T")
@@ -75,6 +81,10 @@ class CoordinationHarness(Protocol):
     def election(self) -> AbstractAsyncContextManager[Election]: ...
 
     def store(self) -> AbstractAsyncContextManager[AssignmentStore]: ...
+
+    def hold_store(self) -> AbstractAsyncContextManager[HoldStore]: ...
+
+    def registry(self) -> AbstractAsyncContextManager[ProjectRegistry]: ...
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         """End ``lease`` on the store's side, as if its TTL had run out."""
@@ -542,154 +552,6 @@ class AssignmentStoreContract:
             async with watching(store.watch()) as updates:
                 assert await next_within(updates) == owners(4, "b")
 
-    async def test_second_claim_fails_when_partition_is_held(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store:
-            assert await store.holds() == {}
-            assert await store.claim(0, "a", 1, None)
-            assert not await store.claim(0, "b", 1, None)
-            assert not await store.claim(0, "a", 2, None)
-            holds = await store.holds()
-            assert set(holds) == {0}
-            assert (holds[0].partition, holds[0].member_id, holds[0].generation) == (0, "a", 1)
-            assert await store.claim(1, "b", 1, None)
-            assert {p: h.member_id for p, h in (await store.holds()).items()} == {0: "a", 1: "b"}
-
-    async def test_claim_replacing_succeeds_once_when_hold_is_unchanged(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store:
-            assert await store.claim(3, "dead", 1, None)
-            observed = (await store.holds())[3]
-            assert await store.claim(3, "b", 2, observed)
-            assert not await store.claim(3, "c", 2, observed)  # b's hold is not `observed`
-            now = (await store.holds())[3]
-            assert (now.member_id, now.generation) == ("b", 2)
-            assert now.version != observed.version
-
-    async def test_claim_replacing_fails_when_observed_hold_was_released(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store:
-            assert await store.claim(2, "a", 1, None)
-            observed = (await store.holds())[2]
-            await store.release(2, "a")
-            assert not await store.claim(2, "b", 2, observed)
-            assert await store.holds() == {}
-            assert await store.claim(2, "b", 2, None)
-
-    async def test_claim_replacing_fails_when_observed_hold_was_replaced(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store:
-            assert await store.claim(2, "a", 1, None)
-            observed = (await store.holds())[2]
-            await store.release(2, "a")
-            assert await store.claim(2, "a", 1, None)  # same member and generation again
-            assert not await store.claim(2, "b", 2, observed)
-            assert (await store.holds())[2].member_id == "a"
-
-    async def test_release_is_a_no_op_when_member_does_not_hold(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store:
-            await store.release(0, "a")  # nothing held
-            assert await store.claim(0, "a", 1, None)
-            await store.release(0, "b")  # held by someone else
-            assert (await store.holds())[0].member_id == "a"
-            await store.release(0, "a")
-            assert await store.holds() == {}
-            await store.release(0, "a")  # again
-
-    async def test_watch_holds_yields_the_map_when_holds_change(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store, watching(store.watch_holds()) as updates:
-
-            def members(holds: Mapping[int, Hold]) -> dict[int, str]:
-                return {p: h.member_id for p, h in holds.items()}
-
-            assert await next_within(updates) == {}
-            assert await store.claim(0, "a", 1, None)
-            assert members(await next_within(updates)) == {0: "a"}
-            assert await store.claim(7, "b", 1, None)
-            assert members(await next_within(updates)) == {0: "a", 7: "b"}
-            observed = (await store.holds())[0]
-            assert await store.claim(0, "c", 2, observed)
-            assert members(await next_within(updates)) == {0: "c", 7: "b"}
-            await store.release(7, "b")
-            assert members(await next_within(updates)) == {0: "c"}
-
-    async def test_register_project_is_true_once_when_registered_twice(
-        self, harness: CoordinationHarness
-    ) -> None:
-        async with harness.store() as store:
-            assert await store.projects(1) == frozenset()
-            assert await store.register_project(1, "p-1")
-            assert not await store.register_project(1, "p-1")
-            assert await store.register_project(1, "p-2")
-            assert await store.register_project(10, "p-1")  # another partition
-            assert await store.projects(1) == {"p-1", "p-2"}
-            assert await store.projects(10) == {"p-1"}
-            assert await store.projects(0) == frozenset()
-
-    @pytest.mark.parametrize("seed", [1, 2])
-    async def test_random_writes_have_the_outcomes_the_core_model_gives(
-        self, harness: CoordinationHarness, seed: int
-    ) -> None:
-        """The model in ``core.coordination`` is the oracle: the same random publishes,
-        claims (free, over the hold now, over a stale hold), releases and registrations,
-        with the same outcomes and the same state after each one."""
-        rng = random.Random(seed)
-        model = CoordinationState()
-        seen: list[Hold] = []  # holds observed once: replacing one may be stale now
-        async with harness.election() as election, harness.store() as store:
-            leader = await election.campaign("leader", LONG_TTL)
-            model = model.lead(Leader("leader", leader.term)).state
-            for step in range(40):
-                op = rng.choice(("publish", "claim", "claim", "release", "project"))
-                partition, member = rng.randrange(3), rng.choice("abc")
-                if op == "publish":
-                    term = leader.term + rng.choice((0, 0, -1, 1))
-                    assignment = owners(rng.randint(1, 12), member, "", member)
-                    applied = model.publish(assignment, term)
-                    try:
-                        await store.publish(assignment, term)
-                        stored = True
-                    except FencedError:
-                        stored = False
-                elif op == "claim":
-                    holds = await store.holds()
-                    replacing = rng.choice([None, holds.get(partition), *seen[-3:]])
-                    if replacing is not None and replacing.partition != partition:
-                        replacing = None
-                    stored = await store.claim(partition, member, step, replacing)
-                    after = (await store.holds()).get(partition)
-                    applied = model.claim(
-                        partition,
-                        member,
-                        step,
-                        replacing=None if replacing is None else replacing.version,
-                        version=after.version if stored and after is not None else -1,
-                    )
-                    if after is not None:
-                        seen.append(after)
-                elif op == "release":
-                    applied = model.release(partition, member)
-                    await store.release(partition, member)
-                    stored = applied.accepted  # release answers nothing; compared below
-                else:
-                    project = rng.choice(("p-1", "p-2"))
-                    applied = model.register_project(partition, project)
-                    stored = await store.register_project(partition, project)
-                assert stored == applied.accepted, f"step {step} {op}: {applied.reason}"
-                model = applied.state
-                assert await store.holds() == model.holds, f"step {step} {op}"
-                assert await store.current() == model.assignment, f"step {step} {op}"
-                for p in range(3):
-                    assert await store.projects(p) == model.projects.get(p, frozenset())
-
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
         if not harness.features.restartable:
             pytest.skip("the harness cannot restart this store")
@@ -707,3 +569,167 @@ class AssignmentStoreContract:
             await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.term))
             assert await next_within(updates, 30) == owners(3, "c")
             assert not leader.is_lost()
+
+
+@pytest.mark.anyio
+class HoldStoreContract:
+    async def test_second_claim_fails_when_partition_is_held(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.hold_store() as store:
+            assert await store.holds() == {}
+            assert await store.claim(0, "a", 1, None)
+            assert not await store.claim(0, "b", 1, None)
+            assert not await store.claim(0, "a", 2, None)
+            holds = await store.holds()
+            assert set(holds) == {0}
+            assert (holds[0].partition, holds[0].member_id, holds[0].generation) == (0, "a", 1)
+            assert await store.claim(1, "b", 1, None)
+            assert {p: h.member_id for p, h in (await store.holds()).items()} == {0: "a", 1: "b"}
+
+    async def test_claim_replacing_succeeds_once_when_hold_is_unchanged(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.hold_store() as store:
+            assert await store.claim(3, "dead", 1, None)
+            observed = (await store.holds())[3]
+            assert await store.claim(3, "b", 2, observed)
+            assert not await store.claim(3, "c", 2, observed)  # b's hold is not `observed`
+            now = (await store.holds())[3]
+            assert (now.member_id, now.generation) == ("b", 2)
+            assert now.version != observed.version
+
+    async def test_claim_replacing_fails_when_observed_hold_was_released(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.hold_store() as store:
+            assert await store.claim(2, "a", 1, None)
+            observed = (await store.holds())[2]
+            await store.release(2, "a")
+            assert not await store.claim(2, "b", 2, observed)
+            assert await store.holds() == {}
+            assert await store.claim(2, "b", 2, None)
+
+    async def test_claim_replacing_fails_when_observed_hold_was_replaced(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.hold_store() as store:
+            assert await store.claim(2, "a", 1, None)
+            observed = (await store.holds())[2]
+            await store.release(2, "a")
+            assert await store.claim(2, "a", 1, None)  # same member and generation again
+            assert not await store.claim(2, "b", 2, observed)
+            assert (await store.holds())[2].member_id == "a"
+
+    async def test_release_is_a_no_op_when_member_does_not_hold(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.hold_store() as store:
+            await store.release(0, "a")  # nothing held
+            assert await store.claim(0, "a", 1, None)
+            await store.release(0, "b")  # held by someone else
+            assert (await store.holds())[0].member_id == "a"
+            await store.release(0, "a")
+            assert await store.holds() == {}
+            await store.release(0, "a")  # again
+
+    async def test_watch_holds_yields_the_map_when_holds_change(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.hold_store() as store, watching(store.watch_holds()) as updates:
+
+            def members(holds: Mapping[int, Hold]) -> dict[int, str]:
+                return {p: h.member_id for p, h in holds.items()}
+
+            assert await next_within(updates) == {}
+            assert await store.claim(0, "a", 1, None)
+            assert members(await next_within(updates)) == {0: "a"}
+            assert await store.claim(7, "b", 1, None)
+            assert members(await next_within(updates)) == {0: "a", 7: "b"}
+            observed = (await store.holds())[0]
+            assert await store.claim(0, "c", 2, observed)
+            assert members(await next_within(updates)) == {0: "c", 7: "b"}
+            await store.release(7, "b")
+            assert members(await next_within(updates)) == {0: "c"}
+
+
+@pytest.mark.anyio
+class ProjectRegistryContract:
+    async def test_register_project_is_true_once_when_registered_twice(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.registry() as registry:
+            assert await registry.projects(1) == frozenset()
+            assert await registry.register(1, "p-1")
+            assert not await registry.register(1, "p-1")
+            assert await registry.register(1, "p-2")
+            assert await registry.register(10, "p-1")  # another partition
+            assert await registry.projects(1) == {"p-1", "p-2"}
+            assert await registry.projects(10) == {"p-1"}
+            assert await registry.projects(0) == frozenset()
+
+
+@pytest.mark.anyio
+class CoordinationModelContract:
+    """Every store against ``core.coordination``'s model, the oracle of its rules."""
+
+    @pytest.mark.parametrize("seed", [1, 2])
+    async def test_random_writes_have_the_outcomes_the_core_model_gives(
+        self, harness: CoordinationHarness, seed: int
+    ) -> None:
+        """The model in ``core.coordination`` is the oracle: the same random publishes,
+        claims (free, over the hold now, over a stale hold), releases and registrations,
+        with the same outcomes and the same state after each one."""
+        rng = random.Random(seed)
+        model = CoordinationState()
+        seen: list[Hold] = []  # holds observed once: replacing one may be stale now
+        async with (
+            harness.election() as election,
+            harness.store() as store,
+            harness.hold_store() as hold_store,
+            harness.registry() as registry,
+        ):
+            leader = await election.campaign("leader", LONG_TTL)
+            model = model.lead(Leader("leader", leader.term)).state
+            for step in range(40):
+                op = rng.choice(("publish", "claim", "claim", "release", "project"))
+                partition, member = rng.randrange(3), rng.choice("abc")
+                if op == "publish":
+                    term = leader.term + rng.choice((0, 0, -1, 1))
+                    assignment = owners(rng.randint(1, 12), member, "", member)
+                    applied = model.publish(assignment, term)
+                    try:
+                        await store.publish(assignment, term)
+                        stored = True
+                    except FencedError:
+                        stored = False
+                elif op == "claim":
+                    holds = await hold_store.holds()
+                    replacing = rng.choice([None, holds.get(partition), *seen[-3:]])
+                    if replacing is not None and replacing.partition != partition:
+                        replacing = None
+                    stored = await hold_store.claim(partition, member, step, replacing)
+                    after = (await hold_store.holds()).get(partition)
+                    applied = model.claim(
+                        partition,
+                        member,
+                        step,
+                        replacing=None if replacing is None else replacing.version,
+                        version=after.version if stored and after is not None else -1,
+                    )
+                    if after is not None:
+                        seen.append(after)
+                elif op == "release":
+                    applied = model.release(partition, member)
+                    await hold_store.release(partition, member)
+                    stored = applied.accepted  # release answers nothing; compared below
+                else:
+                    project = rng.choice(("p-1", "p-2"))
+                    applied = model.register_project(partition, project)
+                    stored = await registry.register(partition, project)
+                assert stored == applied.accepted, f"step {step} {op}: {applied.reason}"
+                model = applied.state
+                assert await hold_store.holds() == model.holds, f"step {step} {op}"
+                assert await store.current() == model.assignment, f"step {step} {op}"
+                for p in range(3):
+                    assert await registry.projects(p) == model.projects.get(p, frozenset())

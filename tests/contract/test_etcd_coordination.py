@@ -13,18 +13,23 @@ from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
 from adapters.etcd import (
     EtcdAssignmentStore,
     EtcdElection,
+    EtcdHoldStore,
     EtcdLeadership,
     EtcdMembership,
     EtcdMembershipLease,
+    EtcdProjectRegistry,
     EtcdSettings,
 )
 from core.ports import Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
 from tests.contract._coordination import (
     AssignmentStoreContract,
+    CoordinationModelContract,
     ElectionContract,
     Features,
+    HoldStoreContract,
     MembershipContract,
+    ProjectRegistryContract,
 )
 
 
@@ -48,6 +53,12 @@ class EtcdHarness:
 
     def store(self) -> EtcdAssignmentStore:
         return EtcdAssignmentStore(self.settings)
+
+    def hold_store(self) -> EtcdHoldStore:
+        return EtcdHoldStore(self.settings)
+
+    def registry(self) -> EtcdProjectRegistry:
+        return EtcdProjectRegistry(self.settings)
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, EtcdMembershipLease | EtcdLeadership)
@@ -89,4 +100,19 @@ class TestEtcdElection(ElectionContract):
 
 @pytest.mark.etcd
 class TestEtcdAssignmentStore(AssignmentStoreContract):
+    pass
+
+
+@pytest.mark.etcd
+class TestEtcdHoldStore(HoldStoreContract):
+    pass
+
+
+@pytest.mark.etcd
+class TestEtcdProjectRegistry(ProjectRegistryContract):
+    pass
+
+
+@pytest.mark.etcd
+class TestEtcdAgainstTheModel(CoordinationModelContract):
     pass

@@ -24,9 +24,11 @@ import pytest
 from adapters.kafka import (
     KafkaAssignmentStore,
     KafkaElection,
+    KafkaHoldStore,
     KafkaLeadership,
     KafkaMembership,
     KafkaMembershipLease,
+    KafkaProjectRegistry,
     KafkaSettings,
 )
 from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError
@@ -44,9 +46,12 @@ from tests.contract._coordination import (
     STATS_A,
     STATS_B,
     AssignmentStoreContract,
+    CoordinationModelContract,
     ElectionContract,
     Features,
+    HoldStoreContract,
     MembershipContract,
+    ProjectRegistryContract,
     next_within,
     owners,
     retry_while_unavailable,
@@ -86,6 +91,12 @@ class KafkaHarness:
 
     def store(self) -> KafkaAssignmentStore:
         return KafkaAssignmentStore(self.settings)
+
+    def hold_store(self) -> KafkaHoldStore:
+        return KafkaHoldStore(self.settings)
+
+    def registry(self) -> KafkaProjectRegistry:
+        return KafkaProjectRegistry(self.settings)
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, KafkaMembershipLease | KafkaLeadership)
@@ -147,6 +158,21 @@ class TestKafkaElection(ElectionContract):
 
 @pytest.mark.kafka
 class TestKafkaAssignmentStore(AssignmentStoreContract):
+    pass
+
+
+@pytest.mark.kafka
+class TestKafkaHoldStore(HoldStoreContract):
+    pass
+
+
+@pytest.mark.kafka
+class TestKafkaProjectRegistry(ProjectRegistryContract):
+    pass
+
+
+@pytest.mark.kafka
+class TestKafkaAgainstTheModel(CoordinationModelContract):
     pass
 
 

@@ -8,16 +8,21 @@ from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,
     InMemoryElection,
+    InMemoryHoldStore,
     InMemoryLeadership,
     InMemoryMembership,
     InMemoryMembershipLease,
+    InMemoryProjectRegistry,
 )
 from core.ports import Leadership, MembershipLease
 from tests.contract._coordination import (
     AssignmentStoreContract,
+    CoordinationModelContract,
     ElectionContract,
     Features,
+    HoldStoreContract,
     MembershipContract,
+    ProjectRegistryContract,
 )
 
 
@@ -35,6 +40,12 @@ class MemoryHarness:
 
     def store(self) -> InMemoryAssignmentStore:
         return InMemoryAssignmentStore(self.state)
+
+    def hold_store(self) -> InMemoryHoldStore:
+        return InMemoryHoldStore(self.state)
+
+    def registry(self) -> InMemoryProjectRegistry:
+        return InMemoryProjectRegistry(self.state)
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         owner = lease.member_id if isinstance(lease, InMemoryMembershipLease) else None
@@ -65,4 +76,16 @@ class TestInMemoryElection(ElectionContract):
 
 
 class TestInMemoryAssignmentStore(AssignmentStoreContract):
+    pass
+
+
+class TestInMemoryHoldStore(HoldStoreContract):
+    pass
+
+
+class TestInMemoryProjectRegistry(ProjectRegistryContract):
+    pass
+
+
+class TestInMemoryAgainstTheModel(CoordinationModelContract):
     pass

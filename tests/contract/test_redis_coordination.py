@@ -29,9 +29,11 @@ from redis.exceptions import RedisError
 from adapters.redis import (
     RedisAssignmentStore,
     RedisElection,
+    RedisHoldStore,
     RedisLeadership,
     RedisMembership,
     RedisMembershipLease,
+    RedisProjectRegistry,
     RedisSettings,
 )
 from core.ports import Leadership, MembershipLease
@@ -40,9 +42,12 @@ from infra.local._testservers import ServerInfo
 from infra.local.servers import start_redis
 from tests.contract._coordination import (
     AssignmentStoreContract,
+    CoordinationModelContract,
     ElectionContract,
     Features,
+    HoldStoreContract,
     MembershipContract,
+    ProjectRegistryContract,
 )
 
 _PERSISTENT = ("--appendonly", "yes", "--appendfsync", "always")
@@ -110,6 +115,12 @@ class RedisHarness:
     def store(self) -> RedisAssignmentStore:
         return RedisAssignmentStore(self.settings)
 
+    def hold_store(self) -> RedisHoldStore:
+        return RedisHoldStore(self.settings)
+
+    def registry(self) -> RedisProjectRegistry:
+        return RedisProjectRegistry(self.settings)
+
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         """Let the key expire now (a real expiry: Redis publishes ``expired``)."""
         assert isinstance(lease, RedisMembershipLease | RedisLeadership)
@@ -155,4 +166,19 @@ class TestRedisElection(ElectionContract):
 
 @pytest.mark.redis
 class TestRedisAssignmentStore(AssignmentStoreContract):
+    pass
+
+
+@pytest.mark.redis
+class TestRedisHoldStore(HoldStoreContract):
+    pass
+
+
+@pytest.mark.redis
+class TestRedisProjectRegistry(ProjectRegistryContract):
+    pass
+
+
+@pytest.mark.redis
+class TestRedisAgainstTheModel(CoordinationModelContract):
     pass

@@ -21,7 +21,9 @@ from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,
     InMemoryElection,
+    InMemoryHoldStore,
     InMemoryMembership,
+    InMemoryProjectRegistry,
     InMemoryTransport,
 )
 from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
@@ -97,13 +99,17 @@ class World:
         # Adapters are entered and left by the task that uses them (task-group rule).
         async with (
             InMemoryMembership(self.state) as membership,
-            InMemoryAssignmentStore(self.state) as store,
+            InMemoryAssignmentStore(self.state) as assignments,
+            InMemoryHoldStore(self.state) as holds,
+            InMemoryProjectRegistry(self.state) as projects,
         ):
             metrics = self.metrics[handler_id] = HandlerMetrics(CollectorRegistry())
             handler = Handler(
                 settings=HandlerSettings(**settings),
                 membership=membership,
-                store=store,
+                assignments=assignments,
+                holds=holds,
+                projects=projects,
                 transport=self.transport,
                 sink=sink,
                 landing_log=landing_log,

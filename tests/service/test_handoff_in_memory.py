@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from adapters.memory import InMemoryAssignmentStore
+from adapters.memory import InMemoryHoldStore
 from tests.service._world import World, balanced, world_of
 
 pytestmark = pytest.mark.anyio
@@ -85,7 +85,7 @@ async def test_rebalance_is_immediate_and_all_partitions_released_when_handler_l
     world.stops["h2"].set()
     after = await world.assignment_where(balanced({"h1"}))
     assert len(after.owned_by("h1")) == PARTITIONS
-    async with InMemoryAssignmentStore(world.state) as store:
+    async with InMemoryHoldStore(world.state) as store:
         with anyio.fail_after(5):
             async for holds in store.watch_holds():
                 if {h.member_id for h in holds.values()} == {"h1"} and len(holds) == PARTITIONS:

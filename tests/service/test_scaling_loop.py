@@ -27,6 +27,7 @@ from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,
     InMemoryElection,
+    InMemoryHoldStore,
     InMemoryMembership,
     InMemoryMembershipLease,
     InMemoryTransport,
@@ -106,6 +107,7 @@ class World:
             InMemoryElection(self.state) as election,
             InMemoryMembership(self.state) as membership,
             InMemoryAssignmentStore(self.state) as store,
+            InMemoryHoldStore(self.state) as holds,
         ):
             registry = CollectorRegistry()
             loop = ScalingLoop(
@@ -130,6 +132,7 @@ class World:
                 election=election,
                 membership=membership,
                 store=store,
+                holds=holds,
                 transport=self.transport,
                 partitions=PARTITIONS,
             )
