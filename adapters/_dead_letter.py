@@ -1,9 +1,9 @@
 """The dead-letter hook every transport calls once per dead letter, after storing it.
 
-A dead letter is a message that was terminated (``Delivery.term()``: it cannot be
-processed) or ran out of deliveries. Each transport stores it in its own dialect (the
-dead-letter stream, topic or list) and then awaits the hook (``log_dead_letter`` unless
-the composition root passes another).
+A dead letter is a message that cannot be processed (``Delivery.dead_letter()``, reason
+``unprocessable``) or ran out of deliveries (reason ``max_deliver``). Each transport
+stores it in its own dialect (the dead-letter stream, topic or list) and then awaits the
+hook (``log_dead_letter`` unless the composition root passes another).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["DeadLetterHook", "DeadLetterReason", "log_dead_letter"]
 
 log = logging.getLogger("shoal.dead_letters")
 
-DeadLetterReason: TypeAlias = Literal["term", "max_deliver"]
+DeadLetterReason: TypeAlias = Literal["unprocessable", "max_deliver"]
 DeadLetterHook: TypeAlias = Callable[[Envelope, DeadLetterReason, int], Awaitable[None]]
 """``hook(envelope, reason, attempts)``; awaited once per dead letter, after it is stored."""
 

@@ -182,7 +182,7 @@ class ProjectRegistry(Protocol):
 
 
 class Delivery(Protocol):
-    """One message handed to a consumer. ack/nak/term are idempotent: the first one wins."""
+    """One message handed to a consumer. ack/nak/dead_letter are idempotent: the first one wins."""
 
     @property
     def envelope(self) -> Envelope: ...
@@ -205,8 +205,9 @@ class Delivery(Protocol):
         """Ask for redelivery after ``delay`` seconds."""
         ...
 
-    async def term(self) -> None:
-        """Never redeliver (the message goes to the dead-letter hook)."""
+    async def dead_letter(self) -> None:
+        """The message cannot be processed: store it on the dead-letter path (reason
+        ``unprocessable``) and never redeliver it."""
         ...
 
 
@@ -244,7 +245,7 @@ class Subscription(Protocol):
 
     async def acked_below(self) -> int:
         """A position ``F`` such that every message of the partition below ``F`` is acked
-        (or terminated) at the broker, so none of them is delivered again; 0 when unknown.
+        (or dead-lettered) at the broker, so none of them is delivered again; 0 when unknown.
         It may lag the broker, never lead it. ``TimeoutError`` when the broker did not
         answer in time."""
         ...

@@ -2,10 +2,10 @@
 
 Kafka has offsets, not per-message acks. A subscription ``assign()``s exactly its partition
 (no group membership: the group id only names where offsets are committed), starts at the
-committed offset, and emulates the port's per-message semantics on top (the ``Ledger``):
+committed offset, and emulates the port's per-message semantics on top (the ``Settlements``):
 
 - ``ack()`` settles the offset and commits the lowest unsettled offset (every offset below
-  it is settled), with the ledger in the commit's metadata. Concurrent acks share one
+  it is settled), with the settlements in the commit's metadata. Concurrent acks share one
   commit (a group commit: the handler acks a batch with up to 64 acks in flight; measured,
   one commit per fetched batch of 256, not one per message). ack returns once the commit is
   confirmed; a commit that fails raises ``TimeoutError`` (the message is settled locally
@@ -18,7 +18,7 @@ committed offset, and emulates the port's per-message semantics on top (the ``Le
   acked or in flight, and a nak of one record would rewind the whole partition. Records
   are immutable, so a copy in memory is the record. Deadlines are acted on when somebody
   fetches (as on NATS and in the memory adapter).
-- ``term()`` and ``max_deliver``: the record is copied to the dead-letter topic, then
+- ``dead_letter()`` and ``max_deliver``: the record is copied to the dead-letter topic, then
   settled (so the commit moves past it), then the hook runs.
 - delivery counts are committed too (with ``track_deliveries``, on every non-empty fetch),
   so a subscriber that takes the partition over (a handoff, a restart after a crash)
@@ -30,7 +30,7 @@ committed offset, and emulates the port's per-message semantics on top (the ``Le
   also skips re-publishing ids it already stored. A duplicate that reaches another
   subscriber is delivered: the sink's readers count duplicates by message id.
 
-``close()`` commits the ledger and stops the consumer; the next ``open()`` of the
+``close()`` commits the settlements and stops the consumer; the next ``open()`` of the
 partition resumes from that commit (that is the handoff). Settlements after close are
 no-ops: those records come back to the next subscriber.
 """
@@ -51,8 +51,8 @@ from adapters._dead_letter import DeadLetterReason
 from adapters.kafka._aiokafka import ConsumerStoppedError, KafkaError, stop_quietly
 from adapters.kafka._codec import decode
 from adapters.kafka._dead_letter import DeadLetters
-from adapters.kafka._ledger import Ledger
 from adapters.kafka._settings import KafkaSettings
+from adapters.kafka._settlements import Settlements
 from core.errors import PublishError
 from core.messages import Envelope
 from core.model import Partition
@@ -117,7 +117,7 @@ class KafkaDelivery:
             self._settled = True
             self._sub._nak(self._entry, self._token, delay)
 
-    async def term(self) -> None:
+    async def dead_letter(self) -> None:
         """Copy to the dead-letter topic, settle, commit, run the hook. ``PublishError``
         when the copy was not confirmed (then nothing changed: term may be retried)."""
         if self._settled:
@@ -141,7 +141,7 @@ class KafkaSubscription:
         *,
         consumer: Any,
         tp: Any,
-        ledger: Ledger,
+        settlements: Settlements,
         settings: KafkaSettings,
         dead: DeadLetters,
         log_id: str,
@@ -151,7 +151,7 @@ class KafkaSubscription:
         self.consumer_id = consumer_id
         self._consumer = consumer
         self._tp = tp
-        self._ledger = ledger
+        self._settlements = settlements
         self._s = settings
         self.ack_wait = settings.ack_wait
         # The cluster id and topic: a topic recreated under the same name in the same
@@ -164,10 +164,10 @@ class KafkaSubscription:
         self._ready: list[int] = []  # heap of offsets
         self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (offset, ts)
         self._commit_lock = anyio.Lock()
-        self._version = 0  # bumped on every ledger change
+        self._version = 0  # bumped on every settlements change
         self._synced = 0  # the version the last confirmed commit carried
         self._last_commit: tuple[int, str] | None = None
-        self._opened_at = ledger.base  # committed before this subscription: all settled
+        self._opened_at = settlements.base  # committed before this subscription: all settled
         self._wake: anyio.CancelScope | None = None
         self._closed = False
         self._warned_truncated = False
@@ -239,19 +239,19 @@ class KafkaSubscription:
     async def _admit(self, records: list[Any]) -> list[Delivery]:
         """Deliver fresh records: skip settled offsets and duplicates, dead-letter those
         already delivered max_deliver times (by an earlier subscriber)."""
-        ledger = self._ledger
+        settlements = self._settlements
         out: list[Delivery] = []
         now = anyio.current_time()
         for r in records:
             o = int(r.offset)
-            if o < ledger.read_to:
+            if o < settlements.read_to:
                 log.debug("partition %d: offset %d read again; skipped", self.partition, o)
                 continue
-            for gap in range(ledger.read_to, o):  # offsets without a record
-                ledger.settle(gap)
+            for gap in range(settlements.read_to, o):  # offsets without a record
+                settlements.settle(gap)
                 self._version += 1
-            ledger.read_to = o + 1
-            if ledger.is_settled(o):
+            settlements.read_to = o + 1
+            if settlements.is_settled(o):
                 continue  # acked out of order by an earlier subscriber
             envelope = decode(
                 r.headers,
@@ -262,16 +262,16 @@ class KafkaSubscription:
                 fallback_time=(r.timestamp or 0) / 1000,
             )
             if self._duplicate(envelope.message_id, o, int(r.timestamp or 0)):
-                ledger.settle(o)
+                settlements.settle(o)
                 self._version += 1
                 continue
-            prior = ledger.count(o)
+            prior = settlements.count(o)
             if prior >= self._s.max_deliver:
                 entry = _Entry(o, envelope, prior, busy=True)
                 self._entries[o] = entry
                 await self._dead_letter(entry, "max_deliver")
                 continue
-            attempt = ledger.delivered(o)
+            attempt = settlements.delivered(o)
             if self._s.track_deliveries:
                 self._version += 1
             entry = _Entry(o, envelope, attempt, token=1, inflight=True, due=now + self._s.ack_wait)
@@ -311,7 +311,7 @@ class KafkaSubscription:
                 continue
             entry.inflight = False
             entry.token += 1
-            if self._ledger.count(o) >= self._s.max_deliver:
+            if self._settlements.count(o) >= self._s.max_deliver:
                 entry.busy = True
                 dead.append(entry)
             else:
@@ -327,7 +327,7 @@ class KafkaSubscription:
             entry = self._entries.get(o)
             if entry is None or entry.inflight or entry.busy:
                 continue
-            entry.attempt = self._ledger.delivered(o)
+            entry.attempt = self._settlements.delivered(o)
             if self._s.track_deliveries:
                 self._version += 1
             entry.token += 1
@@ -340,7 +340,7 @@ class KafkaSubscription:
     async def _dead_letter(self, entry: _Entry, reason: DeadLetterReason) -> None:
         """Copy a record out of deliveries to the dead-letter topic and settle it; when the
         copy fails, try again after ack_wait."""
-        attempts = self._ledger.count(entry.offset)
+        attempts = self._settlements.count(entry.offset)
         source = f"{self._s.topic}/{self.partition}/{entry.offset}"
         try:
             await self._dead.store(entry.envelope, reason, attempts, source)
@@ -397,7 +397,7 @@ class KafkaSubscription:
         entry.inflight = False
         entry.busy = False
         entry.token += 1
-        self._ledger.settle(entry.offset)
+        self._settlements.settle(entry.offset)
         self._version += 1
 
     def _ack(self, entry: _Entry, token: int) -> None:
@@ -421,7 +421,7 @@ class KafkaSubscription:
         attempts = entry.attempt
         source = f"{self._s.topic}/{self.partition}/{entry.offset}"
         try:
-            await self._dead.store(entry.envelope, "term", attempts, source)
+            await self._dead.store(entry.envelope, "unprocessable", attempts, source)
         except BaseException:
             entry.busy = False
             if entry.due <= anyio.current_time():  # its deadline passed while busy
@@ -432,28 +432,28 @@ class KafkaSubscription:
             await self._sync()
         except TimeoutError as exc:
             log.warning("partition %d: commit after term not confirmed: %s", self.partition, exc)
-        await self._dead.notify(entry.envelope, "term", attempts)
+        await self._dead.notify(entry.envelope, "unprocessable", attempts)
 
     # -- commits -----------------------------------------------------------------------
 
     async def _sync(self, *, force: bool = False) -> None:
-        """Commit the ledger unless a confirmed commit already carries every change made
+        """Commit the settlements unless a confirmed commit already carries every change made
         before this call (a group commit). ``TimeoutError`` when not confirmed in time."""
         want = self._version
         if self._synced >= want and not force:
             await anyio.lowlevel.checkpoint()
             return
         # One turn of the event loop first: acks started together (a batch) all mark
-        # their offsets before the first of them snapshots the ledger, so one commit
+        # their offsets before the first of them snapshots the settlements, so one commit
         # carries the whole batch.
         await anyio.lowlevel.checkpoint()
         async with self._commit_lock:
             if self._synced >= want and not force:
                 return
             version = self._version
-            ledger = self._ledger
-            state = (ledger.base, ledger.metadata())
-            if ledger.truncated and not self._warned_truncated:
+            settlements = self._settlements
+            state = (settlements.base, settlements.metadata())
+            if settlements.truncated and not self._warned_truncated:
                 self._warned_truncated = True
                 log.warning(
                     "partition %d: too many out-of-order settlements for the commit "

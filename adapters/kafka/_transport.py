@@ -25,8 +25,8 @@ from adapters.kafka._aiokafka import (
 )
 from adapters.kafka._codec import Encoded, encode
 from adapters.kafka._dead_letter import DeadLetters
-from adapters.kafka._ledger import Ledger
 from adapters.kafka._settings import KafkaSettings
+from adapters.kafka._settlements import Settlements
 from adapters.kafka._subscription import KafkaSubscription
 from core.errors import PublishError
 from core.messages import Envelope, is_valid_project_id
@@ -260,7 +260,7 @@ class KafkaTransport(Lifecycle):
             consumer_id,
             consumer=consumer,
             tp=tp,
-            ledger=Ledger.restore(base, metadata),
+            settlements=Settlements.restore(base, metadata),
             settings=s,
             dead=dead,
             log_id=self._log_id,
@@ -283,8 +283,8 @@ class KafkaTransport(Lifecycle):
             base, metadata = await self._committed(partition, check_start=False)
         except KafkaError as exc:
             raise ConnectionError(f"Kafka: backlog of partition {partition}: {exc!r}") from exc
-        ledger = Ledger.restore(base, metadata)
-        above = sum(1 for o in ledger.settled if o < end)
+        settlements = Settlements.restore(base, metadata)
+        above = sum(1 for o in settlements.settled if o < end)
         return max(end - base - above, 0)
 
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:

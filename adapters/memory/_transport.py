@@ -259,12 +259,12 @@ class _Delivery:
         if self._first():
             self._t._nak(self._partition, self._seq, self._token, delay)
 
-    async def term(self) -> None:
+    async def dead_letter(self) -> None:
         await anyio.lowlevel.checkpoint()
         if self._first():
             entry = self._t._settle(self._partition, self._seq, self._token)
             if entry is not None:
-                await self._t._dead(entry.envelope, "term", self._attempt)
+                await self._t._dead(entry.envelope, "unprocessable", self._attempt)
 
 
 class _Subscription:

@@ -4,7 +4,7 @@ A message that reached ``max_deliver`` is never redelivered but stays stored (an
 server only says so in an advisory,
 ``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>``). So:
 
-- ``Delivery.term()`` copies the message to the dead-letter stream, then terminates it
+- ``Delivery.dead_letter()`` copies the message to the dead-letter stream, then terminates it
   (on a WorkQueue stream a terminated message is removed; on a limits stream, the
   default, it stays until ``max_age`` like every consumed message);
 - the max-deliveries advisory (one queue group over all transports of one stream, so

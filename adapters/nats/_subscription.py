@@ -39,7 +39,7 @@ _UNCONFIRMED = (
 
 
 class NatsDelivery:
-    """One fetched message. ack/nak/term are confirmed by the server (a request to the
+    """One fetched message. ack/nak/dead_letter are confirmed by the server (a request to the
     message's ack subject, answered once the server processed it) and bounded by
     ``request_timeout``. The first call that succeeds wins; later calls are no-ops.
 
@@ -106,18 +106,18 @@ class NatsDelivery:
             payload += b" " + json.dumps({"delay": int(delay * 1e9)}).encode()
         await self._settle(payload)
 
-    async def term(self) -> None:
+    async def dead_letter(self) -> None:
         """Copy the message to the dead-letter stream, terminate it, then run the hook."""
         if self._settled:
             return
         self._settled = True
         try:
-            await self._dead.store(self._envelope, "term", self._attempt)
+            await self._dead.store(self._envelope, "unprocessable", self._attempt)
             await self._request(_TERM)
         except BaseException:
             self._settled = False
             raise
-        await self._dead.notify(self._envelope, "term", self._attempt)
+        await self._dead.notify(self._envelope, "unprocessable", self._attempt)
 
     def claim_ack(self) -> str | None:
         """Mark settled for a bulk ack; the ack subject to publish to, or None when this

@@ -9,7 +9,7 @@ import anyio
 
 from adapters._lifecycle import Lifecycle
 from adapters.redis._client import RedisClient
-from adapters.redis._feed import Feed, Subscription
+from adapters.redis._feed import Feed, Interest
 from adapters.redis._keys import Keys
 from adapters.redis._lease import Lease
 from adapters.redis._settings import RedisSettings
@@ -56,14 +56,14 @@ class RedisAdapter(Lifecycle):
         await self._feed.start(self._tasks)
         return self._feed
 
-    async def _keep(self, lease: Lease, wake: Subscription) -> None:
+    async def _keep(self, lease: Lease, wake: Interest) -> None:
         """Renew ``lease`` in this adapter's task group until it is lost or stopped."""
         self._leases = {held for held in self._leases if not held.is_lost()}
         self._leases.add(lease)
         await self._tasks.start(self._run_lease, lease, wake)
 
     async def _run_lease(
-        self, lease: Lease, wake: Subscription, *, task_status: anyio.abc.TaskStatus[None]
+        self, lease: Lease, wake: Interest, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         try:
             await lease.keep_alive(wake, task_status=task_status)

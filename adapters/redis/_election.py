@@ -73,7 +73,7 @@ class RedisElection(RedisAdapter):
 
         backoff = Backoff(settings.retry_interval, settings.max_retry_interval)
         attempts = 0
-        with feed.subscribe(lambda change: change.topic == "leader") as changes:
+        with feed.interest(lambda change: change.topic == "leader") as changes:
             while True:
                 changes.clear()
                 sent = time.monotonic()

@@ -33,7 +33,7 @@ from adapters.redis._client import RedisClient
 from adapters.redis._keys import Keys
 from core.errors import StoreUnavailableError
 
-__all__ = ["Change", "Feed", "Subscription"]
+__all__ = ["Change", "Feed", "Interest"]
 
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # servers already reported as not publishing expirations
@@ -46,7 +46,7 @@ class Change:
     key: str
 
 
-class Subscription:
+class Interest:
     """A "something you care about changed" flag. ``clear()`` before reading the state,
     ``wait()`` after: a change in between is never lost."""
 
@@ -82,7 +82,7 @@ class Feed:
         self._client = client
         self._keys = keys
         self._expirations = expirations
-        self._subscriptions: set[Subscription] = set()
+        self._interests: set[Interest] = set()
         self._started = False
 
     async def start(self, tasks: TaskGroup) -> None:
@@ -96,26 +96,26 @@ class Feed:
             await tasks.start(self._read_expirations)
 
     @contextmanager
-    def subscribe(self, wanted: Callable[[Change], bool]) -> Iterator[Subscription]:
-        subscription = Subscription(wanted)
-        self._subscriptions.add(subscription)
+    def interest(self, wanted: Callable[[Change], bool]) -> Iterator[Interest]:
+        interest = Interest(wanted)
+        self._interests.add(interest)
         try:
-            yield subscription
+            yield interest
         finally:
-            self._subscriptions.discard(subscription)
+            self._interests.discard(interest)
 
-    def add(self, wanted: Callable[[Change], bool]) -> Subscription:
-        """A subscription that lives until ``remove``."""
-        subscription = Subscription(wanted)
-        self._subscriptions.add(subscription)
-        return subscription
+    def add(self, wanted: Callable[[Change], bool]) -> Interest:
+        """An interest that lives until ``remove``."""
+        interest = Interest(wanted)
+        self._interests.add(interest)
+        return interest
 
-    def remove(self, subscription: Subscription) -> None:
-        self._subscriptions.discard(subscription)
+    def remove(self, interest: Interest) -> None:
+        self._interests.discard(interest)
 
     def _fire(self, change: Change | None) -> None:
-        for subscription in list(self._subscriptions):
-            subscription.fire(change)
+        for interest in list(self._interests):
+            interest.fire(change)
 
     # --- sources ---------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from anyio.abc import TaskStatus
 
 from adapters._lease import RenewedLease
 from adapters.redis._client import RedisClient, ms
-from adapters.redis._feed import Subscription
+from adapters.redis._feed import Interest
 from core.errors import LeaseLostError
 
 __all__ = ["Lease"]
@@ -49,7 +49,7 @@ class Lease(RenewedLease):
         self.token = token
         self._release = release
         self._released = False
-        self._wake: Subscription | None = None
+        self._wake: Interest | None = None
 
     async def release(self) -> None:
         """Mark the lease lost, stop renewing, and delete the key if it is still ours, so
@@ -66,7 +66,7 @@ class Lease(RenewedLease):
 
     async def keep_alive(
         self,
-        wake: Subscription | None = None,
+        wake: Interest | None = None,
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:

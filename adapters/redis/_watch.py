@@ -31,7 +31,7 @@ async def watch_snapshots(
     """
     settings = client.settings
     backoff = Backoff(settings.retry_interval, settings.max_retry_interval)
-    with feed.subscribe(wanted) as changes:
+    with feed.interest(wanted) as changes:
         while True:
             changes.clear()  # before reading: a change during the read fires again
             try:

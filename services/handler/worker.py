@@ -366,7 +366,7 @@ class Handler:
                     "message cannot be processed; dead-lettered",
                     extra=fields(partition=partition, message=envelope.message_id, problem=problem),
                 )
-                await delivery.term()
+                await delivery.dead_letter()
                 self._metrics.dead_lettered.inc()
                 continue
             held.append(delivery)

@@ -271,7 +271,7 @@ class TransportContract:
         await d.ack()
         await d.ack()
         await d.nak()
-        await d.term()
+        await d.dead_letter()
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert dead.items == []
         assert await transport.backlog(0) == 0
@@ -317,10 +317,10 @@ class TransportContract:
         await transport.publish([e])
         sub = await transport.open(0, "h1")
         (d,) = await fetch_n(sub, 1)
-        await d.term()
-        await d.term()
+        await d.dead_letter()
+        await d.dead_letter()
         await d.ack()
-        assert dead.items == [(e, "term", 1)]
+        assert dead.items == [(e, "unprocessable", 1)]
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert await transport.backlog(0) == 0
         assert transport.dead_letters == 1

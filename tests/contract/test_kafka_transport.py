@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, unused-ignore]
 
 from adapters.kafka import KafkaSettings, KafkaTransport
-from adapters.kafka._ledger import Ledger
+from adapters.kafka._settlements import Settlements
 from core.errors import PublishError
 from infra.local._testservers import ServerInfo
 from tests.contract._transport import (
@@ -33,50 +33,50 @@ from tests.contract._transport import (
 PARTITIONS = 16  # the contract uses partitions 0..12
 
 
-# -- the ledger (pure: per-message settlement over one committed offset) ----------------------
+# -- the settlements (pure: per-message settlement over one committed offset) ----------------------
 
 
-def test_ledger_commit_point_moves_over_contiguous_settlements_only() -> None:
-    ledger = Ledger(10)
-    assert [ledger.delivered(o) for o in (10, 11, 12, 13)] == [1, 1, 1, 1]
-    ledger.settle(11)
-    ledger.settle(13)
-    assert (ledger.base, ledger.settled) == (10, {11, 13})
-    ledger.settle(10)
-    assert (ledger.base, ledger.settled) == (12, {13})
+def test_settlements_commit_point_moves_over_contiguous_settlements_only() -> None:
+    settlements = Settlements(10)
+    assert [settlements.delivered(o) for o in (10, 11, 12, 13)] == [1, 1, 1, 1]
+    settlements.settle(11)
+    settlements.settle(13)
+    assert (settlements.base, settlements.settled) == (10, {11, 13})
+    settlements.settle(10)
+    assert (settlements.base, settlements.settled) == (12, {13})
 
 
-def test_ledger_round_trips_through_commit_metadata() -> None:
-    ledger = Ledger(100)
+def test_settlements_round_trips_through_commit_metadata() -> None:
+    settlements = Settlements(100)
     for o in range(100, 110):
-        ledger.delivered(o)
-    ledger.delivered(103)  # a redelivery
+        settlements.delivered(o)
+    settlements.delivered(103)  # a redelivery
     for o in (101, 102, 105, 106, 107):
-        ledger.settle(o)
-    restored = Ledger.restore(ledger.base, ledger.metadata())
+        settlements.settle(o)
+    restored = Settlements.restore(settlements.base, settlements.metadata())
     assert restored.base == 100
     assert restored.settled == {101, 102, 105, 106, 107}
     assert [restored.count(o) for o in (100, 103, 104, 109, 110)] == [1, 2, 1, 1, 0]
     assert restored.delivered(103) == 3
 
 
-def test_ledger_metadata_stays_under_the_limit_by_dropping_out_of_order_acks_first() -> None:
-    ledger = Ledger(0)
+def test_settlements_metadata_stays_under_the_limit_by_dropping_out_of_order_acks_first() -> None:
+    settlements = Settlements(0)
     for o in range(5000):
-        ledger.delivered(o)
-        ledger.delivered(o)
+        settlements.delivered(o)
+        settlements.delivered(o)
     for o in range(1, 5000, 2):
-        ledger.settle(o)
-    text = ledger.metadata(limit=2000)
-    assert len(text) <= 2000 and ledger.truncated
-    restored = Ledger.restore(0, text)
+        settlements.settle(o)
+    text = settlements.metadata(limit=2000)
+    assert len(text) <= 2000 and settlements.truncated
+    restored = Settlements.restore(0, text)
     assert restored.settled == set()  # those acked messages would be redelivered
     assert restored.count(0) == 2
 
 
-def test_ledger_ignores_metadata_it_did_not_write() -> None:
-    assert Ledger.restore(7, "something else").base == 7
-    assert Ledger.restore(7, "").count(7) == 0
+def test_settlements_ignores_metadata_it_did_not_write() -> None:
+    assert Settlements.restore(7, "something else").base == 7
+    assert Settlements.restore(7, "").count(7) == 0
 
 
 async def read_topic(bootstrap: str, topic: str, n: int, limit: float = 15.0) -> list[object]:
@@ -242,8 +242,8 @@ class TestKafkaTransport(TransportContract):
             while len(dead.items) < 2:
                 for d in await sub.fetch(10, 0.3):
                     if d.envelope == termed:
-                        await d.term()
-        assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "term"]
+                        await d.dead_letter()
+        assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "unprocessable"]
         assert await transport.backlog(0) == 0
         records = await read_topic(settings.bootstrap, settings.dead_letter_topic, 2)
         by_id = {dict(r.headers)["Shoal-Msg-Id"].decode(): r for r in records}  # type: ignore[attr-defined]

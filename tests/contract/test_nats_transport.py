@@ -97,8 +97,8 @@ class TestNatsTransport(TransportContract):
             while len(dead.items) < 2:
                 for d in await sub.fetch(10, 0.3):
                     if d.envelope == termed:
-                        await d.term()
-        assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "term"]
+                        await d.dead_letter()
+        assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "unprocessable"]
         assert await transport.backlog(0) == 0  # neither is pending any more
         nc = await nats.connect(settings.url)
         try:

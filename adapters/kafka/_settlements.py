@@ -1,7 +1,7 @@
-"""``Ledger``: per-message settlement on top of Kafka's one offset per partition.
+"""``Settlements``: per-message settlement on top of Kafka's one offset per partition.
 
 Kafka keeps one committed offset per (group, partition); shoal's port settles messages one
-by one, in any order. The ledger bridges the two:
+by one, in any order. The settlements bridges the two:
 
 - ``base`` is the committed offset: every offset below it is settled (acked, terminated,
   dead-lettered, skipped as a duplicate, or a gap in the log), and it is the lowest
@@ -10,11 +10,11 @@ by one, in any order. The ledger bridges the two:
 - ``counts`` holds how many times an offset in [base, delivered_until) was delivered,
   when that is not 1 (offsets below ``delivered_until`` were delivered at least once).
 
-The whole ledger is committed with the offset, in the commit's metadata string (JSON,
+The whole settlements is committed with the offset, in the commit's metadata string (JSON,
 offsets relative to ``base``), so the next subscriber of the partition (a handoff, or a
 restart after a crash) skips what was acked out of order and keeps counting deliveries
 toward max_deliver. The broker caps metadata at ``offset.metadata.max.bytes`` (4096 by
-default); a ledger too big for ``limit`` drops the out-of-order acks first (those
+default); a settlements too big for ``limit`` drops the out-of-order acks first (those
 messages are then redelivered: at-least-once still holds), then the highest counts.
 """
 
@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 
-__all__ = ["METADATA_LIMIT", "Ledger"]
+__all__ = ["METADATA_LIMIT", "Settlements"]
 
 log = logging.getLogger("shoal.adapters.kafka")
 
@@ -47,7 +47,7 @@ def _ranges(offsets: Iterable[int]) -> Iterator[tuple[int, int]]:
         yield start, prev - start + 1
 
 
-class Ledger:
+class Settlements:
     """The settlement state of one partition (see the module docstring). Not thread-safe;
     one event loop task at a time, no awaits inside."""
 
@@ -64,16 +64,16 @@ class Ledger:
     # -- restore / persist -----------------------------------------------------------
 
     @classmethod
-    def restore(cls, base: int, metadata: str | None) -> Ledger:
-        """The ledger committed as (``base``, ``metadata``); unreadable metadata (another
-        client's, or none) gives a plain ledger at ``base``."""
-        ledger = cls(base)
+    def restore(cls, base: int, metadata: str | None) -> Settlements:
+        """The settlements committed as (``base``, ``metadata``); unreadable metadata (another
+        client's, or none) gives a plain settlements at ``base``."""
+        settlements = cls(base)
         if not metadata:
-            return ledger
+            return settlements
         try:
             state = json.loads(metadata)
             if not isinstance(state, dict) or state.get("v") != _VERSION:
-                return ledger
+                return settlements
             d = int(state.get("d", 0))
             counts = {base + int(rel): int(n) for rel, n in state.get("a", [])}
             settled = {
@@ -81,14 +81,14 @@ class Ledger:
             }
         except (ValueError, TypeError):
             log.warning("ignoring unreadable offset metadata %.80r", metadata)
-            return ledger
-        ledger.delivered_until = base + max(d, 0)
-        ledger.counts = {o: n for o, n in counts.items() if o >= base and n >= 0}
-        ledger.settled = {o for o in settled if o > base}
-        return ledger
+            return settlements
+        settlements.delivered_until = base + max(d, 0)
+        settlements.counts = {o: n for o, n in counts.items() if o >= base and n >= 0}
+        settlements.settled = {o for o in settled if o > base}
+        return settlements
 
     def metadata(self, limit: int = METADATA_LIMIT) -> str:
-        """The ledger as commit metadata (JSON, offsets relative to ``base``), at most
+        """The settlements as commit metadata (JSON, offsets relative to ``base``), at most
         ``limit`` bytes: out-of-order acks are dropped first, then counts."""
         b = self.base
         counts = sorted((o - b, n) for o, n in self.counts.items() if o >= b)
