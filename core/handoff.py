@@ -8,9 +8,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from core.coordination import Hold
-from core.model import Assignment, MemberId
+from core.model import Assignment, MemberId, Partition
 
-__all__ = ["ClaimAction", "ClaimDecision", "decide_claim", "needs_rebalance"]
+__all__ = [
+    "ClaimAction",
+    "ClaimDecision",
+    "OwnershipChanges",
+    "decide_claim",
+    "needs_rebalance",
+    "ownership_changes",
+]
 
 
 class ClaimAction(StrEnum):
@@ -57,3 +64,28 @@ def needs_rebalance(previous: Assignment | None, members: Collection[MemberId]) 
     if any(not owners for owners in previous.owners):
         return True
     return previous.members() != frozenset(members)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipChanges:
+    """What a handler does with its partitions when a new generation arrives (sorted)."""
+
+    revoke: tuple[Partition, ...]  # owned, no longer ours: drain, land, release
+    keep: tuple[Partition, ...]  # still ours: carry on under the new generation
+    grant: tuple[Partition, ...]  # newly ours: claim the hold once it is free, then start
+
+
+def ownership_changes(
+    me: MemberId, owned: Collection[Partition], assignment: Assignment, *, accepting: bool
+) -> OwnershipChanges:
+    """Split ``me``'s partitions between what ``owned`` holds and what ``assignment`` gives.
+
+    A handler that is not ``accepting`` (it is stopping) takes no grant: it only gives
+    back. Every owned partition is either revoked or kept, never both."""
+    mine = set(assignment.owned_by(me))
+    current = set(owned)
+    return OwnershipChanges(
+        revoke=tuple(sorted(current - mine)),
+        keep=tuple(sorted(current & mine)),
+        grant=tuple(sorted(mine - current)) if accepting else (),
+    )

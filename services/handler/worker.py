@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 
 from core.coordination import Hold
 from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
-from core.handoff import ClaimAction, decide_claim
+from core.handoff import ClaimAction, decide_claim, ownership_changes
 from core.ingest import unprocessable
 from core.landing import RollPolicy
 from core.messages import LandedRow, MessageKind
@@ -213,29 +213,29 @@ class Handler:
             self._apply(assignment, lease, tg)
 
     def _apply(self, assignment: Assignment, lease: MembershipLease, tg: TaskGroup) -> None:
-        mine = set(assignment.owned_by(self._id))
-        current = {p for p, o in self._owned.items() if not o.revoked.is_set()}
-        for partition in sorted(current - mine):
+        current = [p for p, o in self._owned.items() if not o.revoked.is_set()]
+        changes = ownership_changes(self._id, current, assignment, accepting=not self._stopping)
+        for partition in changes.revoke:
             self._owned[partition].revoked.set()
-        for partition in sorted(mine & current):
+        for partition in changes.keep:
             self._owned[partition].generation = assignment.generation
-        granted = [] if self._stopping else sorted(mine - current)
-        for partition in granted:
+        for partition in changes.grant:
             previous = self._owned.get(partition)
             ownership = _Ownership(partition, assignment.generation, time.monotonic())
             self._owned[partition] = ownership
             tg.start_soon(self._own, ownership, previous, lease)
-        if granted or current - mine:
+        owned = len(changes.keep) + len(changes.grant)
+        if changes.grant or changes.revoke:
             log.info(
                 "assignment applied",
                 extra=fields(
                     generation=assignment.generation,
-                    owned=len(mine),
-                    granted=granted,
-                    revoked=sorted(current - mine),
+                    owned=owned,
+                    granted=list(changes.grant),
+                    revoked=list(changes.revoke),
                 ),
             )
-        self._metrics.owned.set(len(mine))
+        self._metrics.owned.set(owned)
 
     async def _own(
         self, ownership: _Ownership, previous: _Ownership | None, lease: MembershipLease
