@@ -1,4 +1,5 @@
-"""The report as one static HTML page: inline SVG charts drawn here, no script, no CDN."""
+"""The report as one static HTML page: inline SVG charts drawn here into the Jinja2 page
+``templates/report.html`` (autoescaped), no script, no CDN."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 __all__ = ["render_report_html"]
 
@@ -40,6 +44,15 @@ def _n(value: float) -> str:
     if magnitude >= 1:
         return f"{value:.2f}"
     return f"{value:.3g}"
+
+
+_TEMPLATES = Environment(
+    loader=PackageLoader("adapters.spark", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    keep_trailing_newline=True,
+)
+_TEMPLATES.filters["n"] = _n
 
 
 def _nice_max(value: float) -> float:
@@ -288,19 +301,6 @@ def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _card(label: str, value: str, note: str = "") -> str:
-    return (
-        f'<div class="card"><div class="v">{_e(value)}</div><div class="l">{_e(label)}</div>'
-        f'<div class="n">{_e(note)}</div></div>'
-    )
-
-
 def render_report_html(report: dict[str, Any]) -> str:
     """The whole page for a ``SparkAnalytics.report`` result."""
     s = report["summary"]
@@ -310,17 +310,6 @@ def render_report_html(report: dict[str, Any]) -> str:
     rebalances = report["rebalances"]
     loads = parts_load["loads"]
 
-    cards = "".join(
-        [
-            _card("rows landed", _n(s["rows"]), f"{_n(s['bytes'])} payload bytes"),
-            _card("projects", _n(s["projects"]), f"{s['partitions_with_data']} partitions used"),
-            _card("partition skew", f"{parts_load['skew_rows']:.2f}x", "max / mean rows"),
-            _card("handler skew", f"{handlers['skew_rows']:.2f}x", f"{s['handlers']} handlers"),
-            _card("latency p50", f"{_n(latency['p50'])} ms", "received → handled"),
-            _card("latency p99", f"{_n(latency['p99'])} ms", f"max {_n(latency['max'])} ms"),
-            _card("generations", _n(s["generations"]), f"{len(rebalances['changes'])} changes"),
-        ]
-    )
     mean = parts_load["mean_rows"]
     partition_chart = bar_chart(
         [x["rows"] for x in loads],
@@ -370,9 +359,27 @@ def render_report_html(report: dict[str, Any]) -> str:
                 ),
             )
         )
-    generations_table = _table(
-        ["generation", "first handled", "last handled", "rows", "handlers"],
-        [
+    return _TEMPLATES.get_template("report.html").render(
+        report=report,
+        s=s,
+        partitions_load=parts_load,
+        handlers=handlers,
+        latency=latency,
+        rebalances=rebalances,
+        font=FONT,
+        charts={
+            "partitions": Markup(partition_chart),
+            "projects": Markup(project_chart),
+            "handlers": Markup(handler_chart),
+            "latency": Markup(latency_chart),
+            "rebalances": [Markup(chart) for chart in rebalance_html],
+        },
+        handler_rows=[[h["handler_id"], _n(h["rows"])] for h in handlers["totals"]],
+        latency_rows=[
+            [h["handler_id"], _n(h["rows"]), _n(h["p50"]), _n(h["p99"]), _n(h["max"])]
+            for h in latency["by_handler"]
+        ],
+        generation_rows=[
             [
                 g["generation"],
                 g["first_handled_at"],
@@ -383,68 +390,3 @@ def render_report_html(report: dict[str, Any]) -> str:
             for g in rebalances["generations"]
         ],
     )
-    latency_table = _table(
-        ["handler", "rows", "p50 ms", "p99 ms", "max ms"],
-        [
-            [h["handler_id"], _n(h["rows"]), _n(h["p50"]), _n(h["p99"]), _n(h["max"])]
-            for h in latency["by_handler"]
-        ],
-    )
-    handler_table = _table(
-        ["handler", "rows"], [[h["handler_id"], _n(h["rows"])] for h in handlers["totals"]]
-    )
-    negative = (
-        f"<p class='warn'>{_n(latency['negative'])} rows were handled before they were "
-        f"received: the gateway's and a handler's clocks disagree.</p>"
-        if latency["negative"]
-        else ""
-    )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>shoal report — {_e(report["data_dir"])}</title>
-<style>
-body {{ {FONT}; margin: 24px auto; max-width: 960px; color: #111; }}
-h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; margin-top: 32px; }}
-.cards {{ display: flex; flex-wrap: wrap; gap: 10px; }}
-.card {{ border: 1px solid #ddd; border-radius: 6px; padding: 8px 12px; min-width: 110px; }}
-.card .v {{ font-size: 20px; font-weight: 600; }} .card .l {{ font-size: 12px; color: #444; }}
-.card .n {{ font-size: 11px; color: #777; }}
-table {{ border-collapse: collapse; font-size: 12px; margin: 8px 0; }}
-td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
-.warn {{ color: #b45309; }} .meta {{ color: #666; font-size: 12px; }}
-</style></head><body>
-<h1>shoal — landed data report</h1>
-<p class="meta">{_e(report["data_dir"])} · P = {report["partitions"]} ·
-received {_e(s["first_received_at"])} … {_e(s["last_received_at"])} ·
-generated {_e(report["generated_at"])}</p>
-<div class="cards">{cards}</div>
-<h2>Skew</h2>
-{partition_chart}
-{project_chart}
-<h2>Handler load over time</h2>
-{handler_chart}
-{handler_table}
-<h2>Latency</h2>
-{latency_chart}
-{negative}
-{
-        _table(
-            ["p50 ms", "p95 ms", "p99 ms", "max ms", "mean ms"],
-            [
-                [
-                    _n(latency["p50"]),
-                    _n(latency["p95"]),
-                    _n(latency["p99"]),
-                    _n(latency["max"]),
-                    _n(latency["mean"]),
-                ]
-            ],
-        )
-    }
-{latency_table}
-<h2>Rebalances</h2>
-{generations_table}
-{"".join(rebalance_html) or "<p>No generation change in the data.</p>"}
-</body></html>
-"""

@@ -117,6 +117,13 @@ def test_html_is_static_with_inline_svg(report: dict[str, Any]) -> None:
     assert "max/mean" in page and "p99" in page
 
 
+def test_html_escapes_what_comes_from_the_data(report: dict[str, Any]) -> None:
+    hostile = "<script>alert(1)</script>"
+    page = render_report_html({**report, "data_dir": hostile})
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
 def test_no_data(analytics: SparkAnalytics, tmp_path: Path) -> None:
     with pytest.raises(NoDataError):
         analytics.report(tmp_path, committed(tmp_path), partitions=PARTITIONS)
