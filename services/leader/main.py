@@ -26,7 +26,7 @@ from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
 from services.common.settings import LeaderSettings, ShoalSettings, load_settings
-from services.leader.coordinator import Coordinator
+from services.leader.leader_loop import LeaderLoop
 from services.leader.scaling import ScalingLoop
 from services.leader.settings import AutoscalingSettings
 from services.leader.status import StatusReader, create_status_app
@@ -75,7 +75,7 @@ async def serve(container: LeaderContainer) -> None:
             transport=transport,
             registry=container.registry(),
         )
-        coordinator = Coordinator(
+        leader_loop = LeaderLoop(
             settings=settings,
             partitions=shoal.partitions,
             strategy=strategy_named(shoal.strategy),
@@ -89,7 +89,7 @@ async def serve(container: LeaderContainer) -> None:
             registry=container.registry(),
         )
         reader = StatusReader(
-            coordinator=coordinator,
+            leader_loop=leader_loop,
             election=election,
             membership=membership,
             store=store,
@@ -113,7 +113,7 @@ async def serve(container: LeaderContainer) -> None:
             tg.start_soon(stop_on_signals, stop, 10.0)
             async with anyio.create_task_group() as serving:
                 serving.start_soon(serve_until, server, stop)
-                await coordinator.run(stop)
+                await leader_loop.run(stop)
             # The status server finished its in-flight requests; stop watching signals.
             tg.cancel_scope.cancel()
     log.info("leader stopped", extra=fields(id=settings.id))

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from core.ports import AssignmentStore, Election, HoldStore, Membership, Transport
 from services.common.metrics import metrics_response
-from services.leader.coordinator import Coordinator
 from services.leader.dashboard import mount_dashboard
+from services.leader.leader_loop import LeaderLoop
 
 
 class StatusReader:
@@ -30,7 +30,7 @@ class StatusReader:
     def __init__(
         self,
         *,
-        coordinator: Coordinator,
+        leader_loop: LeaderLoop,
         election: Election,
         membership: Membership,
         store: AssignmentStore,
@@ -40,7 +40,7 @@ class StatusReader:
         lag_ttl: float = 2.0,
         peers: Sequence[str] = (),
     ) -> None:
-        self._coordinator = coordinator
+        self._leader_loop = leader_loop
         self._election = election
         self._membership = membership
         self._store = store
@@ -123,8 +123,8 @@ class StatusReader:
         return {
             "leader": None if leader is None else {"id": leader.leader_id, "term": leader.term},
             "served_by": {
-                "id": self._coordinator.leader_id,
-                "active": self._coordinator.leadership is not None,
+                "id": self._leader_loop.leader_id,
+                "active": self._leader_loop.leadership is not None,
             },
             "generation": generation,
             "members": [
@@ -132,7 +132,7 @@ class StatusReader:
                 for m, stats in sorted(members.items())
             ],
             "partitions": partitions,
-            "rebalances": [asdict(r) for r in reversed(self._coordinator.rebalances)],
+            "rebalances": [asdict(r) for r in reversed(self._leader_loop.rebalances)],
             "scaling": await self.scaling(),
         }
 
@@ -140,7 +140,7 @@ class StatusReader:
         """Autoscaling: scaler, current replicas, bounds, and the last decisions (newest
         first, with time, decision, rule, reason, replicas before/after). A standby shows
         the decisions of its own past terms; ``active`` tells whether it scales now."""
-        loop = self._coordinator.scaling
+        loop = self._leader_loop.scaling
         if loop is None:
             return {"enabled": False, "scaler": "none", "active": False, "decisions": []}
         return await loop.status()

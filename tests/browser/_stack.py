@@ -1,4 +1,4 @@
-"""A whole shoal in one process for the browser tests: a leader (coordinator + its status
+"""A whole shoal in one process for the browser tests: a leader (leader_loop + its status
 app, dashboard included, served by uvicorn on a free loopback port) and handlers, over
 the in-memory adapters. Phase 2 runs the same page against a real ``shoal up`` stack."""
 
@@ -34,7 +34,7 @@ from services.common.http import embedded_server
 from services.common.settings import HandlerSettings, LeaderSettings
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
-from services.leader.coordinator import Coordinator
+from services.leader.leader_loop import LeaderLoop
 from services.leader.status import StatusReader, create_status_app
 
 PARTITIONS = 128
@@ -83,16 +83,16 @@ class Stack:
     tg: TaskGroup
     url: str = ""
     stops: dict[str, anyio.Event] = field(default_factory=dict)
-    coordinators: dict[str, Coordinator] = field(default_factory=dict)
+    leader_loops: dict[str, LeaderLoop] = field(default_factory=dict)
 
-    async def start_leader(self, leader_id: str) -> Coordinator:
+    async def start_leader(self, leader_id: str) -> LeaderLoop:
         """Start a leader replica and its status app; ``url`` is the first one's."""
         self.stops[leader_id] = anyio.Event()
-        coordinator: Coordinator = await self.tg.start(self._run_leader, leader_id)
-        return coordinator
+        leader_loop: LeaderLoop = await self.tg.start(self._run_leader, leader_id)
+        return leader_loop
 
     async def _run_leader(
-        self, leader_id: str, *, task_status: TaskStatus[Coordinator] = anyio.TASK_STATUS_IGNORED
+        self, leader_id: str, *, task_status: TaskStatus[LeaderLoop] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         async with (
             InMemoryElection(self.state) as election,
@@ -100,7 +100,7 @@ class Stack:
             InMemoryAssignmentStore(self.state) as store,
             InMemoryHoldStore(self.state) as holds,
         ):
-            coordinator = Coordinator(
+            leader_loop = LeaderLoop(
                 settings=LeaderSettings(id=leader_id, lease_ttl=1.0, debounce=0.05),
                 partitions=PARTITIONS,
                 strategy=strategy_named("sticky"),
@@ -109,7 +109,7 @@ class Stack:
                 store=store,
             )
             reader = StatusReader(
-                coordinator=coordinator,
+                leader_loop=leader_loop,
                 election=election,
                 membership=membership,
                 store=store,
@@ -120,9 +120,9 @@ class Stack:
             )
             async with serve_app(create_status_app(reader, CollectorRegistry())) as url:
                 self.url = self.url or url
-                self.coordinators[leader_id] = coordinator
-                task_status.started(coordinator)
-                await coordinator.run(self.stops[leader_id])
+                self.leader_loops[leader_id] = leader_loop
+                task_status.started(leader_loop)
+                await leader_loop.run(self.stops[leader_id])
 
     async def start_handler(self, handler_id: str) -> None:
         self.stops[handler_id] = anyio.Event()

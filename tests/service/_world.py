@@ -35,7 +35,7 @@ from services.common.settings import HandlerSettings, LeaderSettings
 from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
-from services.leader.coordinator import Coordinator
+from services.leader.leader_loop import LeaderLoop
 
 __all__ = ["World", "balanced", "world_of"]
 
@@ -57,7 +57,7 @@ class World:
     partitions: int
     stops: dict[str, anyio.Event] = field(default_factory=dict)
     scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
-    coordinators: dict[str, Coordinator] = field(default_factory=dict)
+    leader_loops: dict[str, LeaderLoop] = field(default_factory=dict)
     metrics: dict[str, HandlerMetrics] = field(default_factory=dict)
 
     def parquet(self) -> ParquetSink:
@@ -119,20 +119,20 @@ class World:
                 task_status.started()
                 await handler.run(self.stops[handler_id])
 
-    async def start_leader(self, leader_id: str) -> Coordinator:
+    async def start_leader(self, leader_id: str) -> LeaderLoop:
         self.stops[leader_id] = anyio.Event()
-        coordinator: Coordinator = await self.tg.start(self._run_leader, leader_id)
-        return coordinator
+        leader_loop: LeaderLoop = await self.tg.start(self._run_leader, leader_id)
+        return leader_loop
 
     async def _run_leader(
-        self, leader_id: str, *, task_status: TaskStatus[Coordinator] = anyio.TASK_STATUS_IGNORED
+        self, leader_id: str, *, task_status: TaskStatus[LeaderLoop] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         async with (
             InMemoryElection(self.state) as election,
             InMemoryMembership(self.state) as membership,
             InMemoryAssignmentStore(self.state) as store,
         ):
-            coordinator = Coordinator(
+            leader_loop = LeaderLoop(
                 settings=LeaderSettings(id=leader_id, lease_ttl=1.0, debounce=0.05),
                 partitions=self.partitions,
                 strategy=strategy_named("sticky"),
@@ -140,9 +140,9 @@ class World:
                 membership=membership,
                 store=store,
             )
-            self.coordinators[leader_id] = coordinator
-            task_status.started(coordinator)
-            await coordinator.run(self.stops[leader_id])
+            self.leader_loops[leader_id] = leader_loop
+            task_status.started(leader_loop)
+            await leader_loop.run(self.stops[leader_id])
 
     async def publish(self, count: int, projects: Sequence[str] = ("proj",)) -> set[str]:
         """``count`` messages spread round-robin over ``projects``; their message ids."""

@@ -38,7 +38,7 @@ from core.ingest import stamp
 from core.model import MemberStats
 from core.ports import Scaler
 from services.common.settings import LeaderSettings
-from services.leader.coordinator import Coordinator
+from services.leader.leader_loop import LeaderLoop
 from services.leader.main import LeaderContainer, configure_scaling
 from services.leader.scaling import ScalingLoop, ScalingRecord
 from services.leader.settings import AutoscalingSettings
@@ -71,7 +71,7 @@ def fast(**overrides: Any) -> AutoscalingSettings:
 @dataclass
 class Leader:
     id: str
-    coordinator: Coordinator
+    leader_loop: LeaderLoop
     reader: StatusReader
     loop: ScalingLoop
     registry: CollectorRegistry
@@ -118,7 +118,7 @@ class World:
                 transport=self.transport,
                 registry=registry,
             )
-            coordinator = Coordinator(
+            leader_loop = LeaderLoop(
                 settings=LeaderSettings(id=leader_id, lease_ttl=1.0, debounce=0.01),
                 partitions=PARTITIONS,
                 strategy=strategy_named("sticky"),
@@ -128,7 +128,7 @@ class World:
                 scaling=loop,
             )
             reader = StatusReader(
-                coordinator=coordinator,
+                leader_loop=leader_loop,
                 election=election,
                 membership=membership,
                 store=store,
@@ -137,8 +137,8 @@ class World:
                 partitions=PARTITIONS,
             )
             stop = anyio.Event()
-            task_status.started(Leader(leader_id, coordinator, reader, loop, registry, stop))
-            await coordinator.run(stop)
+            task_status.started(Leader(leader_id, leader_loop, reader, loop, registry, stop))
+            await leader_loop.run(stop)
 
     async def handler(self, handler_id: str, project_count: int) -> None:
         """A handler as the leader sees one: a member on a lease, reporting stats."""
@@ -206,9 +206,9 @@ async def test_decisions_with_reasons_appear_in_the_status_document(world: World
     doc = await leader.reader.document()
     json.dumps(doc)  # the document is JSON as served
     scaling = doc["scaling"]
-    assert leader.coordinator.leadership is not None
+    assert leader.leader_loop.leadership is not None
     assert scaling["enabled"] is True and scaling["active"] is True
-    assert scaling["term"] == leader.coordinator.leadership.term
+    assert scaling["term"] == leader.leader_loop.leadership.term
     assert (scaling["min_replicas"], scaling["max_replicas"], scaling["replicas"]) == (1, 3, 2)
     assert scaling["thresholds"]["max_project_count"] == 10
     decisions = scaling["decisions"]
@@ -230,7 +230,7 @@ async def test_a_leader_without_autoscaling_says_so(world: World) -> None:
     scaler = InMemoryScaler(replicas=1)
     leader = await world.start_leader("l1", scaler, fast(enabled=False))
     await world.handler("h1", 100)
-    await until(lambda: leader.coordinator.leadership is not None, "elected")
+    await until(lambda: leader.leader_loop.leadership is not None, "elected")
     await anyio.sleep(0.2)  # ten intervals of a loop that must not run
     doc = await leader.reader.document()
     assert doc["scaling"]["enabled"] is False and doc["scaling"]["decisions"] == []
@@ -246,10 +246,10 @@ async def test_only_the_active_leader_evaluates_and_acts(world: World) -> None:
     scaler = InMemoryScaler(replicas=1)
     settings = fast(cooldown=0.1, max_replicas=6)
     first = await world.start_leader("l1", scaler, settings)
-    await until(lambda: first.coordinator.leadership is not None, "l1 elected")
+    await until(lambda: first.leader_loop.leadership is not None, "l1 elected")
     second = await world.start_leader("l2", scaler, settings)
     await world.handler("h1", 100)  # always asks for +1: every evaluation out of cooldown acts
-    first_term = first.coordinator.leadership.term if first.coordinator.leadership else -1
+    first_term = first.leader_loop.leadership.term if first.leader_loop.leadership else -1
     await until(lambda: len(acting(first.records())) >= 2, "l1 acts twice")
 
     assert not second.loop.active and second.records() == []
@@ -261,16 +261,16 @@ async def test_only_the_active_leader_evaluates_and_acts(world: World) -> None:
 
     def new_leader() -> Leader | None:
         for leader in (first, second):
-            held = leader.coordinator.leadership
+            held = leader.leader_loop.leadership
             if held is not None and held.term > first_term and leader.loop.active:
                 return leader
         return None
 
     await until(lambda: new_leader() is not None, "a new term leads and scales")
     active = new_leader()
-    assert active is not None and active.coordinator.leadership is not None
+    assert active is not None and active.leader_loop.leadership is not None
     standby = second if active is first else first
-    new_term = active.coordinator.leadership.term
+    new_term = active.leader_loop.leadership.term
     await until(lambda: len(active.records(new_term)) >= 3, "the new leader evaluates")
 
     assert not standby.loop.active

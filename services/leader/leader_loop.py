@@ -40,7 +40,7 @@ class RebalanceRecord:
     compute_seconds: float
 
 
-class Coordinator:
+class LeaderLoop:
     def __init__(
         self,
         *,
