@@ -1,4 +1,18 @@
-"""Every exception the core raises, in one module (anyio's habit)."""
+"""Every exception shoal raises on purpose, in one rooted hierarchy (anyio's habit).
+
+``ShoalError``
+  - ``InvalidAssignmentRequest`` (a ``ValueError``): ``NoMembersError``,
+    ``DuplicateMemberError``, ``NegativeWeightError``, ``InvalidPartitionCountError``,
+    ``ImpossibleFanOutError``
+  - ``UnknownStrategyError`` (a ``LookupError``), ``InvalidScalingSettings`` (a ``ValueError``)
+  - coordination: ``StoreUnavailableError``, ``LeaseLostError``, ``MemberExistsError``,
+    ``FencedError``
+  - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``)
+  - landing: ``OwnershipLostError``, ``CommitRefusedError``
+
+Ports say which of these each method raises; adapters translate their client library's
+errors into them.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +67,11 @@ class FencedError(ShoalError):
 
 class PublishError(ShoalError):
     """The broker did not confirm every message; the caller must retry or report failure."""
+
+
+class BrokerUnavailableError(ShoalError, TimeoutError):
+    """The broker did not confirm in time (a settlement, a commit, a position read): what
+    was asked may or may not have happened; unsettled messages are redelivered."""
 
 
 class StoreUnavailableError(ShoalError):

@@ -182,7 +182,9 @@ class ProjectRegistry(Protocol):
 
 
 class Delivery(Protocol):
-    """One message handed to a consumer. ack/nak/dead_letter are idempotent: the first one wins."""
+    """One message handed to a consumer. ack/nak/dead_letter are idempotent: the first one
+    wins; each raises ``BrokerUnavailableError`` when the broker did not confirm it (the
+    message is then redelivered, never lost)."""
 
     @property
     def envelope(self) -> Envelope: ...
@@ -232,8 +234,9 @@ class Subscription(Protocol):
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Ack every one of ``deliveries`` (fetched from this subscription) in bulk: one
         round trip to the broker, not one per message. Deliveries already settled, or
-        expired and redelivered since, are skipped. Raises ``TimeoutError`` when the broker
-        did not confirm in time: then some may come back (at-least-once, never lost)."""
+        expired and redelivered since, are skipped. Raises ``BrokerUnavailableError`` (a
+        ``TimeoutError``) when the broker did not confirm in time: then some may come back
+        (at-least-once, never lost)."""
         ...
 
     async def keep_alive(self, deliveries: Sequence[Delivery]) -> None:
@@ -246,8 +249,8 @@ class Subscription(Protocol):
     async def acked_below(self) -> int:
         """A position ``F`` such that every message of the partition below ``F`` is acked
         (or dead-lettered) at the broker, so none of them is delivered again; 0 when unknown.
-        It may lag the broker, never lead it. ``TimeoutError`` when the broker did not
-        answer in time."""
+        It may lag the broker, never lead it. ``BrokerUnavailableError`` when the broker
+        did not answer in time."""
         ...
 
     async def close(self) -> None:
@@ -262,11 +265,13 @@ class Transport(Protocol):
         ...
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
-        """Subscribe to ``partition``; only one subscription per partition should be open."""
+        """Subscribe to ``partition``; only one subscription per partition should be open.
+        Raises ``BrokerUnavailableError`` when the broker refuses or does not answer."""
         ...
 
     async def backlog(self, partition: Partition) -> int:
-        """Messages stored for ``partition`` and not yet acked (the lag)."""
+        """Messages stored for ``partition`` and not yet acked (the lag). Raises
+        ``BrokerUnavailableError`` when the broker does not answer."""
         ...
 
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
@@ -353,6 +358,14 @@ class AcceptanceLedger(Protocol):
 
 
 class Scaler(Protocol):
-    async def replicas(self) -> int: ...
+    """The handler pool's size (a Deployment's replicas, or local processes)."""
 
-    async def scale_to(self, replicas: int) -> None: ...
+    async def replicas(self) -> int:
+        """How many handlers run now (Kubernetes: the desired count). ``TimeoutError``
+        when the platform does not answer in time."""
+        ...
+
+    async def scale_to(self, replicas: int) -> None:
+        """Ask for ``replicas`` handlers and return without waiting for them (``ValueError``
+        below 0). ``TimeoutError`` when the platform does not answer in time."""
+        ...

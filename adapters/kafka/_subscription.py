@@ -53,7 +53,7 @@ from adapters.kafka._codec import decode
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
-from core.errors import PublishError
+from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
@@ -465,7 +465,7 @@ class KafkaSubscription:
                     with anyio.fail_after(self._s.request_timeout):
                         await self._consumer.commit({self._tp: state})
                 except (KafkaError, TimeoutError, ConsumerStoppedError) as exc:
-                    raise TimeoutError(
+                    raise BrokerUnavailableError(
                         f"commit of partition {self.partition} at offset {state[0]} "
                         f"not confirmed: {exc!r}"
                     ) from exc

@@ -28,7 +28,7 @@ from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
 from adapters.kafka._subscription import KafkaSubscription
-from core.errors import PublishError
+from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.partitioning import partition_for
@@ -225,7 +225,7 @@ class KafkaTransport(Lifecycle):
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
         """Subscribe to ``partition``: a consumer that ``assign()``s exactly it, starting at
         the committed offset (group ``offsets_group_id``) or the earliest one. Broker
-        errors raise ``ConnectionError``, an unanswered broker ``TimeoutError``."""
+        errors and an unanswered broker raise ``BrokerUnavailableError``."""
         s = self.settings
         dead = self._started(self._dead)
         self._check_partition(partition)
@@ -251,8 +251,10 @@ class KafkaTransport(Lifecycle):
         except BaseException as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(s.close_timeout) as scope:
                 await stop_quietly(consumer, "stop", scope, "consumer")
-            if isinstance(exc, KafkaError):
-                raise ConnectionError(f"Kafka: opening partition {partition}: {exc!r}") from exc
+            if isinstance(exc, KafkaError | TimeoutError):
+                raise BrokerUnavailableError(
+                    f"Kafka: opening partition {partition}: {exc!r}"
+                ) from exc
             raise
         log.debug("partition %d opened by %s at offset %d", partition, consumer_id, base)
         sub = KafkaSubscription(
@@ -272,7 +274,7 @@ class KafkaTransport(Lifecycle):
     async def backlog(self, partition: Partition) -> int:
         """Stored messages not settled yet: the end offset minus the committed offset (the
         earliest offset before any commit), minus those settled out of order above it.
-        Broker errors raise ``ConnectionError``, an unanswered broker ``TimeoutError``."""
+        Broker errors and an unanswered broker raise ``BrokerUnavailableError``."""
         s = self.settings
         probe = self._started(self._probe)
         self._check_partition(partition)
@@ -282,7 +284,9 @@ class KafkaTransport(Lifecycle):
                 end = int((await probe.end_offsets([tp]))[tp])
             base, metadata = await self._committed(partition, check_start=False)
         except KafkaError as exc:
-            raise ConnectionError(f"Kafka: backlog of partition {partition}: {exc!r}") from exc
+            raise BrokerUnavailableError(
+                f"Kafka: backlog of partition {partition}: {exc!r}"
+            ) from exc
         settlements = Settlements.restore(base, metadata)
         above = sum(1 for o in settlements.settled if o < end)
         return max(end - base - above, 0)

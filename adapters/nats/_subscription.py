@@ -18,6 +18,7 @@ from nats.js.errors import ServiceUnavailableError
 from adapters.nats._codec import decode
 from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._subjects import Subjects
+from core.errors import BrokerUnavailableError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
@@ -153,11 +154,11 @@ class NatsDelivery:
         if not self._nc.is_connected:
             with contextlib.suppress(nats.errors.Error):
                 await self._nc.publish(reply, payload)  # buffered until the reconnect
-            raise TimeoutError("settlement not confirmed: the NATS connection is down")
+            raise BrokerUnavailableError("settlement not confirmed: the NATS connection is down")
         try:
             await self._nc.request(reply, payload, timeout=self._timeout)
         except _UNCONFIRMED as exc:
-            raise TimeoutError(f"settlement not confirmed: {exc!r}") from exc
+            raise BrokerUnavailableError(f"settlement not confirmed: {exc!r}") from exc
 
 
 class GroupFlush:
@@ -266,7 +267,9 @@ class NatsSubscription:
         except (nats.errors.Error, TimeoutError) as exc:
             for delivery in claimed:
                 delivery.unclaim()
-            raise TimeoutError(f"bulk ack of {len(claimed)} not confirmed: {exc!r}") from exc
+            raise BrokerUnavailableError(
+                f"bulk ack of {len(claimed)} not confirmed: {exc!r}"
+            ) from exc
         except BaseException:
             for delivery in claimed:
                 delivery.unclaim()
@@ -313,7 +316,9 @@ class NatsSubscription:
             with anyio.fail_after(self._timeout):
                 info = await self._psub.consumer_info()
         except (nats.errors.Error, TimeoutError) as exc:
-            raise TimeoutError(f"consumer info of partition {self.partition}: {exc!r}") from exc
+            raise BrokerUnavailableError(
+                f"consumer info of partition {self.partition}: {exc!r}"
+            ) from exc
         floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
         return (floor or 0) + 1
 

@@ -23,7 +23,7 @@ from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
-from core.errors import PublishError
+from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Subscription
@@ -217,7 +217,14 @@ class NatsTransport(Lifecycle):
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
         """Create (or update) the partition's durable consumer ``p{partition}`` and bind a
-        pull subscription to it. ``consumer_id`` names the caller in logs only."""
+        pull subscription to it. ``consumer_id`` names the caller in logs only. Raises
+        ``BrokerUnavailableError`` when JetStream refuses or does not answer."""
+        try:
+            return await self._open(partition, consumer_id)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise BrokerUnavailableError(f"NATS: opening partition {partition}: {exc!r}") from exc
+
+    async def _open(self, partition: Partition, consumer_id: str) -> Subscription:
         js = self._jetstream()
         s = self.settings
         name = self.subjects.consumer_name(partition)
@@ -258,7 +265,16 @@ class NatsTransport(Lifecycle):
     async def backlog(self, partition: Partition) -> int:
         """The consumer's pending plus unacked messages; before the consumer exists, the
         stream's message count on the partition's subjects. Messages past max_deliver
-        are not counted (they are moved to the dead-letter stream)."""
+        are not counted (they are moved to the dead-letter stream). Raises
+        ``BrokerUnavailableError`` when JetStream does not answer."""
+        try:
+            return await self._backlog(partition)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise BrokerUnavailableError(
+                f"NATS: backlog of partition {partition}: {exc!r}"
+            ) from exc
+
+    async def _backlog(self, partition: Partition) -> int:
         js = self._jetstream()
         s = self.settings
         try:

@@ -1,7 +1,7 @@
 """The autoscaling loop: every ``interval`` the active leader feeds ``core.scaling.decide``
 with the handlers' stats and the broker's lag, acts on the scaler, and keeps the decision.
 
-Only the active leader runs it: the leader_loop starts ``ScalingLoop.run(leadership)`` in
+Only the active leader runs it: the leader loop starts ``ScalingLoop.run(leadership)`` in
 the task group of its leadership, so losing leadership cancels it; and the loop checks,
 with no I/O, that the leadership is not lost right before it acts. Every evaluation is
 logged (``scaling decision``, with the reason) and kept in a bounded history for the

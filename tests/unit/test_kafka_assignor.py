@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pytest
-from aiokafka.leader_loop.protocol import (  # type: ignore[import-untyped]
+from aiokafka.coordinator.protocol import (  # type: ignore[import-untyped]
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
