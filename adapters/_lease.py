@@ -21,14 +21,25 @@ import contextlib
 import logging
 import math
 import time
+from typing import TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
 
 from core.errors import LeaseLostError, ShoalError, StoreUnavailableError
-from core.model import MemberId, MemberStats
+from core.model import MemberId
+from core.ports import MembershipLease
 
-__all__ = ["LeaderOnLease", "MemberOnLease", "OnLease", "RenewedLease", "check_ttl"]
+__all__ = [
+    "LeaderOnLease",
+    "MemberOnLease",
+    "OnLease",
+    "RenewedLease",
+    "check_ttl",
+    "reporting_lease",
+]
+
+L = TypeVar("L", bound=MembershipLease)
 
 _log = logging.getLogger(__name__)
 
@@ -189,26 +200,28 @@ class OnLease:
 
 
 class MemberOnLease(OnLease):
-    """The ``MembershipLease`` port over a store's lease: a store says how to write the
-    member's stats (``_write``) and how to leave."""
+    """The ``MembershipLease`` port over a store's lease: a store says how to leave."""
 
     @property
     def member_id(self) -> MemberId:
         return self._owner_id
 
-    async def update(self, stats: MemberStats) -> None:
-        """Write ``stats`` if the member is still ours. ``LeaseLostError`` when the lease
-        is lost or the member's record is gone, ``StoreUnavailableError`` when the store
-        is away."""
-        if self._lease.is_lost():
-            raise LeaseLostError(f"member {self._owner_id}: lease lost ({self.lost_reason})")
-        await self._write(stats)
-
-    async def _write(self, stats: MemberStats) -> None:
-        raise NotImplementedError
-
     async def leave(self) -> None:
         raise NotImplementedError
+
+
+def reporting_lease(lease: MembershipLease, kind: type[L]) -> L:
+    """``lease`` as the backend's own lease class, to report for its member (the
+    ``LoadReports`` rule every backend shares): ``LeaseLostError`` when it is lost,
+    ``TypeError`` when it is another backend's."""
+    if not isinstance(lease, kind):
+        raise TypeError(
+            f"a {type(lease).__name__} cannot report here: this backend's leases are "
+            f"{kind.__name__}"
+        )
+    if lease.is_lost():
+        raise LeaseLostError(f"member {lease.member_id}: lease lost, nothing reported")
+    return lease
 
 
 class LeaderOnLease(OnLease):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
 
-from core.model import Assignment, MemberId, MemberStats, Partition
+from core.model import Assignment, MemberId, Partition
 
 __all__ = ["Applied", "CoordinationState", "Hold", "Leader"]
 
@@ -73,7 +73,7 @@ def _frozen(items: Mapping[K, V]) -> Mapping[K, V]:
 class CoordinationState:
     """What a coordination store holds. Build the next one with the write methods only."""
 
-    members: Mapping[MemberId, MemberStats] = field(default_factory=lambda: _frozen({}))
+    members: frozenset[MemberId] = frozenset()
     leader: Leader | None = None
     max_term: int = 0
     assignment: Assignment | None = None
@@ -83,25 +83,16 @@ class CoordinationState:
 
     # -- members ---------------------------------------------------------------------------
 
-    def join(self, member_id: MemberId, stats: MemberStats) -> Applied:
+    def join(self, member_id: MemberId) -> Applied:
         if member_id in self.members:
             return self._refused(f"member {member_id!r} is already live")
-        return _accepted(replace(self, members=_frozen({**self.members, member_id: stats})))
-
-    def update(self, member_id: MemberId, stats: MemberStats) -> Applied:
-        if member_id not in self.members:
-            return self._refused(f"member {member_id!r} is not live")
-        return _accepted(replace(self, members=_frozen({**self.members, member_id: stats})))
+        return _accepted(replace(self, members=self.members | {member_id}))
 
     def leave(self, member_id: MemberId) -> Applied:
         """The member left or its lease expired; its holds stay until claimed over."""
         if member_id not in self.members:
             return self._refused(f"member {member_id!r} is not live")
-        return _accepted(
-            replace(
-                self, members=_frozen({m: s for m, s in self.members.items() if m != member_id})
-            )
-        )
+        return _accepted(replace(self, members=self.members - {member_id}))
 
     # -- leadership ------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ __all__ = [
     "LandingLog",
     "LeaderInfo",
     "Leadership",
+    "LoadReports",
     "Membership",
     "MembershipLease",
     "ProjectRegistry",
@@ -60,33 +61,50 @@ class MembershipLease(Protocol):
         """Return when the lease is lost (expired, revoked, or renewals failed past the TTL)."""
         ...
 
-    async def update(self, stats: MemberStats) -> None:
-        """Publish new stats in the member value. Raises ``LeaseLostError`` if the lease is gone."""
-        ...
-
     async def leave(self) -> None:
         """Revoke the lease now, so watchers see the member leave at once. Idempotent."""
         ...
 
 
 class Membership(Protocol):
-    async def join(self, member_id: MemberId, stats: MemberStats, ttl: float) -> MembershipLease:
+    """Who is live: presence only. A member's load goes to ``LoadReports``, so a report
+    never wakes the watchers of the member set (the leader's rebalance, the handlers)."""
+
+    async def join(self, member_id: MemberId, ttl: float) -> MembershipLease:
         """Register ``member_id`` on a lease of ``ttl`` seconds, renewed every ttl/2 until left.
 
-        Raises ``MemberExistsError`` when a live member already has this id.
+        Raises ``MemberExistsError`` when a live member already has this id,
+        ``StoreUnavailableError`` when the store does not answer in time.
         """
         ...
 
-    async def members(self) -> Mapping[MemberId, MemberStats]:
-        """The live members and their last reported stats."""
+    async def members(self) -> frozenset[MemberId]:
+        """The live members. ``StoreUnavailableError`` when the store does not answer."""
         ...
 
-    def watch(self) -> AsyncIterator[Mapping[MemberId, MemberStats]]:
-        """Yield the whole live member set now and after every change (joins, leaves, stats).
+    def watch(self) -> AsyncIterator[frozenset[MemberId]]:
+        """Yield the live member set now and after every join and leave (or expiry).
 
         Survives a restart of the store: it resumes (or re-reads) and never skips a change
         silently. The caller cancels it to stop.
         """
+        ...
+
+
+class LoadReports(Protocol):
+    """Telemetry: each live member's latest load report, read by the scaling loop and the
+    dashboard. Every method raises ``StoreUnavailableError`` when the store does not
+    answer in time."""
+
+    async def report(self, lease: MembershipLease, stats: MemberStats) -> None:
+        """Publish ``stats`` as the latest report of ``lease``'s member (a lease of the same
+        backend's ``Membership``). The report goes when the member does: on leave, and at
+        the latest one TTL after the member's last report or renewal once it is gone.
+        Raises ``LeaseLostError`` when the lease is lost (nothing is written then)."""
+        ...
+
+    async def reports(self) -> Mapping[MemberId, MemberStats]:
+        """The latest report of every member that reported and has not left since."""
         ...
 
 

@@ -8,14 +8,14 @@ report, the replica count the scaler reports, when it last acted and the time no
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from core.errors import InvalidScalingSettings
 from core.model import MemberId, MemberStats
 from core.partitioning import DEFAULT_PARTITIONS
 
-__all__ = ["ScalingDecision", "ScalingSettings", "ScalingSnapshot", "decide"]
+__all__ = ["ScalingDecision", "ScalingSettings", "ScalingSnapshot", "decide", "member_loads"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +79,20 @@ class ScalingSettings:
 class ScalingSnapshot:
     """What the leader knows at one evaluation.
 
-    ``handlers`` maps every handler that currently reports to its stats;
+    ``handlers`` maps every live handler to its latest load report;
     ``total_lag`` is the broker's backlog over all partitions, when known.
     """
 
     handlers: Mapping[MemberId, MemberStats]
     total_lag: int | None = None
+
+
+def member_loads(
+    members: Collection[MemberId], reports: Mapping[MemberId, MemberStats]
+) -> dict[MemberId, MemberStats]:
+    """Every live member with its latest load report, by id; one that has not reported
+    yet (it just joined) counts as idle. Reports of members no longer live are ignored."""
+    return {m: reports.get(m, MemberStats()) for m in sorted(members)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +198,7 @@ def decide(
             replicas,
             0,
             "no-handlers",
-            f"hold: no handler reports stats ({replicas} replicas), nothing to judge load by",
+            f"hold: no live handler ({replicas} replicas), nothing to judge load by",
         )
 
     def up(rule: str, why: str) -> ScalingDecision:

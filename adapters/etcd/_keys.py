@@ -19,6 +19,13 @@ class Keys:
         return f"{self.consumers}{member_id}"
 
     @property
+    def reports(self) -> str:
+        return f"{self.root}/reports/"
+
+    def report(self, member_id: MemberId) -> str:
+        return f"{self.reports}{member_id}"
+
+    @property
     def leader(self) -> str:
         return f"{self.root}/leader"
 

@@ -10,20 +10,23 @@ max_deliver and delivery counts are emulated on top (``_subscription``, ``_settl
 Dead letters go to ``shoal.dlq`` (``_dead_letter``), registration replies to ``shoal.reg``.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.
 
-Coordination (``KafkaMembership``, ``KafkaElection``, ``KafkaAssignmentStore``,
-``KafkaHoldStore``, ``KafkaProjectRegistry``): the
-two-level design. Members and leader candidates are sessions of the consumer group
+Coordination (``KafkaMembership``, ``KafkaLoadReports``, ``KafkaElection``,
+``KafkaAssignmentStore``, ``KafkaHoldStore``, ``KafkaProjectRegistry``): the two-level
+design. Members and leader candidates are sessions of the consumer group
 ``shoal.{group}.coord`` (the broker's group coordinator tracks them and picks a group
 leader); the group leader's ``ShoalAssignor`` admits members, elects the shoal leader among
 candidates and assigns the coordination topic's partitions with shoal's strategy, and every
 session receives the whole result. Assignments, holds and projects are requests in the
 coordination log ``shoal.{group}.coord-log``, decided by replay (compare-and-set by total
-order); stats go to the compacted ``shoal.{group}.stats``.
+order). Membership is presence only: load reports go, via ``KafkaLoadReports``, to the
+compacted ``shoal.{group}.stats`` (by member id and session incarnation), and show only
+while their member's session is in the group.
 """
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.kafka._election import KafkaElection, KafkaLeadership
 from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
+from adapters.kafka._reports import KafkaLoadReports
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._store import KafkaAssignmentStore, KafkaHoldStore, KafkaProjectRegistry
 from adapters.kafka._subscription import KafkaDelivery, KafkaSubscription
@@ -37,6 +40,7 @@ __all__ = [
     "KafkaElection",
     "KafkaHoldStore",
     "KafkaLeadership",
+    "KafkaLoadReports",
     "KafkaMembership",
     "KafkaMembershipLease",
     "KafkaProjectRegistry",

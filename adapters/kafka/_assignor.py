@@ -37,7 +37,6 @@ from aiokafka.coordinator.protocol import (  # type: ignore[import-untyped]
 from adapters.kafka._coord_codec import (
     CANDIDATE,
     MEMBER,
-    NO_STATS,
     Broadcast,
     LeaderSeat,
     MemberMeta,
@@ -50,7 +49,7 @@ from adapters.kafka._coord_codec import (
 )
 from core.assignment import AssignmentOptions, AssignmentRequest, Strategy, strategy_named
 from core.errors import InvalidAssignmentRequest
-from core.model import Assignment, Member, MemberId, MemberStats, Partition
+from core.model import Assignment, Member, MemberId, Partition
 
 __all__ = ["ASSIGNOR_NAME", "ShoalAssignor", "assign_group"]
 
@@ -123,7 +122,7 @@ def _admit(
         )
         kid, meta = chosen
         since = before.since if before is not None and before.inc == meta.inc else generation
-        admitted.append(Seat(meta.id, meta.inc, kid, since, meta.stats))
+        admitted.append(Seat(meta.id, meta.inc, kid, since))
         rejected.extend(k for k, _ in sessions if k != kid)
     return admitted, rejected
 
@@ -206,7 +205,7 @@ def _partition_owners(
 
 class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """The one assignor every shoal session lists (name ``shoal``), holding that session's
-    side of the protocol: ``metadata()`` describes the session (identity, role, stats, the
+    side of the protocol: ``metadata()`` describes the session (identity, role, the
     partitions it owned, the last broadcast it saw, the highest log term it read),
     ``on_assignment()`` records the broadcast it received, and ``assign()`` — run only
     in the group leader — delegates to ``assign_group``.
@@ -227,7 +226,6 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         role: Role,
         member_id: MemberId,
         incarnation: str,
-        stats: MemberStats = NO_STATS,
         strategy: Strategy | None = None,
         options: AssignmentOptions | None = None,
         log_term: Callable[[], int] = lambda: 0,
@@ -237,7 +235,6 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self.role: Role = role
         self.member_id = member_id
         self.incarnation = incarnation
-        self.stats = stats
         self.strategy = strategy if strategy is not None else strategy_named("sticky")
         self.options = options
         self._log_term = log_term
@@ -252,7 +249,6 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             role=self.role,
             id=self.member_id,
             inc=self.incarnation,
-            stats=self.stats,
             owned=self.owned,
             owned_kgen=0 if self.last is None else self.last.kgen,
             seen=self.last,

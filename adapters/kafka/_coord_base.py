@@ -10,7 +10,8 @@ Names for ``KafkaSettings.group`` = g:
   its partitions stand for shoal's partitions and are assigned by ``ShoalAssignor``.
 - topic ``shoal.g.coord-log`` (1 partition, kept forever): the coordination log (leader
   terms, assignments, holds, projects), see ``_coord_log``.
-- topic ``shoal.g.stats`` (1 partition, compacted): members' latest stats by member id.
+- topic ``shoal.g.stats`` (1 partition, compacted): members' latest load reports by
+  member id (``KafkaLoadReports``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """What travels through Kafka for coordination, as compact JSON. Decoding is strict.
 
-- ``MemberMeta``: a session's JoinGroup metadata ``user_data`` (who it is, its role, its
-  stats at join time, the coordination partitions it owned, the last broadcast it saw).
+- ``MemberMeta``: a session's JoinGroup metadata ``user_data`` (who it is, its role, the
+  coordination partitions it owned, the last broadcast it saw).
 - ``Broadcast``: the assignor's result, embedded whole in EVERY member's SyncGroup
   assignment ``user_data``: the Kafka generation, the shoal leader and its term, the
-  admitted members with their stats, the candidates, and owners per partition.
+  admitted members, the candidates, and owners per partition.
+- Stats records: a load report in the compacted stats topic (``KafkaLoadReports``).
 - Log records (``LogRecord``): the coordination log's operations (see ``_coord_log``).
 """
 
@@ -23,7 +24,6 @@ from core.model import MemberId, MemberStats, Partition
 __all__ = [
     "CANDIDATE",
     "MEMBER",
-    "NO_STATS",
     "Broadcast",
     "LeaderSeat",
     "MemberMeta",
@@ -41,7 +41,6 @@ Role = Literal["member", "candidate"]
 MEMBER: Role = "member"
 CANDIDATE: Role = "candidate"
 _VERSION = 1
-NO_STATS = MemberStats()
 
 
 def dumps(value: object) -> bytes:
@@ -64,7 +63,6 @@ class Seat:
     inc: str
     member: str
     since: int
-    stats: MemberStats = NO_STATS
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +112,12 @@ class Broadcast:
         )
 
     def compact(self) -> Broadcast:
-        """Without owners and stats: what a member reports back as ``seen`` when it rejoins."""
+        """Without owners: what a member reports back as ``seen`` when it rejoins."""
         return Broadcast(
             kgen=self.kgen,
             group_leader=self.group_leader,
             leader=self.leader,
-            members={i: Seat(s.id, s.inc, s.member, s.since) for i, s in self.members.items()},
+            members=self.members,
             candidates=self.candidates,
             rejected=frozenset(),
             owners=(),
@@ -130,16 +128,8 @@ class Broadcast:
         return tuple(p for p, owners in enumerate(self.owners) if member_id in owners)
 
 
-def _seat_to_json(seat: Seat, *, with_stats: bool) -> dict[str, Any]:
-    value: dict[str, Any] = {
-        "id": seat.id,
-        "inc": seat.inc,
-        "member": seat.member,
-        "since": seat.since,
-    }
-    if with_stats:
-        value["stats"] = stats_to_json(seat.stats)
-    return value
+def _seat_to_json(seat: Seat) -> dict[str, Any]:
+    return {"id": seat.id, "inc": seat.inc, "member": seat.member, "since": seat.since}
 
 
 def broadcast_to_json(broadcast: Broadcast) -> dict[str, Any]:
@@ -157,10 +147,8 @@ def broadcast_to_json(broadcast: Broadcast) -> dict[str, Any]:
             "term": leader.term,
             "since": leader.since,
         },
-        "members": [
-            _seat_to_json(s, with_stats=True) for _, s in sorted(broadcast.members.items())
-        ],
-        "candidates": [_seat_to_json(s, with_stats=False) for s in broadcast.candidates],
+        "members": [_seat_to_json(s) for _, s in sorted(broadcast.members.items())],
+        "candidates": [_seat_to_json(s) for s in broadcast.candidates],
         "rejected": sorted(broadcast.rejected),
         "owners": [list(o) for o in broadcast.owners],
         "max_term": broadcast.max_term,
@@ -190,7 +178,6 @@ class MemberMeta:
     role: Role
     id: MemberId
     inc: str
-    stats: MemberStats = NO_STATS
     owned: tuple[Partition, ...] = ()
     owned_kgen: int = 0
     seen: Broadcast | None = None
@@ -204,7 +191,6 @@ def encode_meta(meta: MemberMeta) -> bytes:
             "role": meta.role,
             "id": meta.id,
             "inc": meta.inc,
-            "stats": stats_to_json(meta.stats),
             "owned": list(meta.owned),
             "owned_kgen": meta.owned_kgen,
             "seen": None if meta.seen is None else broadcast_to_json(meta.seen.compact()),
@@ -219,7 +205,6 @@ def decode_meta(raw: bytes) -> MemberMeta:
         role=wire.role,
         id=wire.id,
         inc=wire.inc,
-        stats=wire.stats.to_stats(),
         owned=tuple(wire.owned),
         owned_kgen=wire.owned_kgen,
         seen=None if wire.seen is None else wire.seen.to_broadcast(),
@@ -227,7 +212,7 @@ def decode_meta(raw: bytes) -> MemberMeta:
     )
 
 
-# --- stats topic ---------------------------------------------------------------------------
+# --- stats topic (a member's latest load report, by incarnation) -------------------------
 
 
 def encode_stats_record(inc: str, stats: MemberStats) -> bytes:
@@ -251,11 +236,9 @@ class _SeatWire(_Wire):
     inc: StrictStr
     member: StrictStr
     since: StrictInt
-    stats: StatsJson | None = None
 
     def to_seat(self) -> Seat:
-        stats = NO_STATS if self.stats is None else self.stats.to_stats()
-        return Seat(self.id, self.inc, self.member, self.since, stats)
+        return Seat(self.id, self.inc, self.member, self.since)
 
 
 class _LeaderSeatWire(_Wire):
@@ -297,7 +280,6 @@ class _MetaWire(_Wire):
     role: Role
     id: StrictStr
     inc: StrictStr
-    stats: StatsJson = StatsJson()
     owned: list[StrictInt] = []
     owned_kgen: StrictInt = 0
     seen: _BroadcastWire | None = None

@@ -26,7 +26,7 @@ from adapters.kafka._group import GroupSession
 from adapters.kafka._settings import KafkaSettings
 from core.assignment import DEFAULT_STRATEGY, AssignmentOptions, Strategy
 from core.errors import ShoalError, StoreUnavailableError
-from core.model import MemberId, MemberStats
+from core.model import MemberId
 
 __all__ = ["GroupParticipant"]
 
@@ -68,13 +68,7 @@ class GroupParticipant(KafkaCoordinationAdapter):
 
     # --- sessions ------------------------------------------------------------------------
 
-    def new_session(
-        self,
-        role: Role,
-        member_id: MemberId,
-        ttl: float,
-        stats: MemberStats | None = None,
-    ) -> GroupSession:
+    def new_session(self, role: Role, member_id: MemberId, ttl: float) -> GroupSession:
         check_ttl(ttl)
         log_state = self.log.state
         assignor = ShoalAssignor(
@@ -83,7 +77,6 @@ class GroupParticipant(KafkaCoordinationAdapter):
             role=role,
             member_id=member_id,
             incarnation=uuid.uuid4().hex,
-            stats=stats if stats is not None else MemberStats(),
             strategy=self.strategy,
             options=self.options,
             log_term=lambda: log_state.model.max_term,

@@ -6,16 +6,12 @@ carries it) when the group is ``Stable``. Between rebalances DescribeGroups stil
 the members present, so a member that left (LeaveGroup) or was expired is dropped at once,
 before the next rebalance completes: the view is the freshest broadcast, filtered by the
 latest member list taken after it.
-
-Stats come from the compacted stats topic (``StatsBook``), by member id and incarnation:
-a record of another incarnation of the same id is ignored.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,15 +19,10 @@ import anyio
 
 from adapters.kafka._aiokafka import KafkaError
 from adapters.kafka._coord_aiokafka import ConsumerProtocol
-from adapters.kafka._coord_codec import (
-    Broadcast,
-    decode_broadcast,
-    decode_stats_record,
-)
+from adapters.kafka._coord_codec import Broadcast, decode_broadcast
 from core.errors import StoreUnavailableError
-from core.model import MemberId, MemberStats
 
-__all__ = ["GroupSnapshot", "GroupView", "StatsBook", "describe_group"]
+__all__ = ["GroupSnapshot", "GroupView", "describe_group"]
 
 _EMPTY_STATES = {"Empty", "Dead"}
 
@@ -42,6 +33,11 @@ class GroupSnapshot:
     members: frozenset[str]  # Kafka member ids present now
     broadcast: Broadcast | None  # the rebalance they completed (Stable groups only)
     sent_at: float  # time.monotonic() when the DescribeGroups request was sent
+
+    @property
+    def rebalancing(self) -> bool:
+        """Members are present but mid-rebalance: DescribeGroups shows no broadcast then."""
+        return self.state != "Stable" and self.state not in _EMPTY_STATES
 
 
 async def describe_group(admin: Any, group_id: str, bound: float) -> GroupSnapshot:
@@ -118,42 +114,3 @@ class GroupView:
         if self._present is not None and self._present_at >= self._best_at:
             return best.present(self._present)
         return best
-
-
-@dataclass(frozen=True, slots=True)
-class _Stats:
-    offset: int
-    inc: str
-    stats: MemberStats
-
-
-class StatsBook:
-    """Latest stats per member id from the stats topic (and this process's own updates)."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[MemberId, _Stats] = {}
-
-    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
-        member_id = key.decode()
-        known = self._by_id.get(member_id)
-        if known is not None and offset < known.offset:
-            return  # this process already applied a later update of its own
-        if value is None:
-            self._by_id.pop(member_id, None)
-            return
-        inc, stats = decode_stats_record(value)
-        self._by_id[member_id] = _Stats(offset, inc, stats)
-
-    def stats_of(self, member_id: MemberId, inc: str, default: MemberStats) -> MemberStats:
-        known = self._by_id.get(member_id)
-        return known.stats if known is not None and known.inc == inc else default
-
-    def members(self, broadcast: Broadcast | None) -> Mapping[MemberId, MemberStats]:
-        if broadcast is None:
-            return {}
-        return {
-            member_id: self.stats_of(member_id, seat.inc, seat.stats)
-            for member_id, seat in sorted(broadcast.members.items())
-        }

@@ -10,7 +10,11 @@ from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
 from adapters.memory._landing_log import InMemoryLandingLog
 from adapters.memory._ledger import InMemoryLedger
-from adapters.memory._membership import InMemoryMembership, InMemoryMembershipLease
+from adapters.memory._membership import (
+    InMemoryLoadReports,
+    InMemoryMembership,
+    InMemoryMembershipLease,
+)
 from adapters.memory._scaler import InMemoryScaler
 from adapters.memory._store import (
     InMemoryAssignmentStore,
@@ -27,6 +31,7 @@ __all__ = [
     "InMemoryLandingLog",
     "InMemoryLeadership",
     "InMemoryLedger",
+    "InMemoryLoadReports",
     "InMemoryMembership",
     "InMemoryMembershipLease",
     "InMemoryProjectRegistry",

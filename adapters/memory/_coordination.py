@@ -1,9 +1,9 @@
 """``InMemoryCoordination``: one process's stand-in for etcd, shared by the memory adapters.
 
-It keeps what etcd keeps (members on leases, the leader key with its term, the assignment,
-holds, projects) and a revision counter that grows on every write, so terms and hold
-versions behave as etcd's create and mod revisions. Leases keep time as every store's
-lease does (``adapters._lease``).
+It keeps what etcd keeps (members and their load reports on leases, the leader key with
+its term, the assignment, holds, projects) and a revision counter that grows on every
+write, so terms and hold versions behave as etcd's create and mod revisions. Leases keep
+time as every store's lease does (``adapters._lease``).
 
 Fault hooks for tests: ``expire(owner_id)`` ends every lease of a member or leader as if
 its TTL ran out; ``set_available(False)`` makes every call raise ``StoreUnavailableError``
@@ -22,7 +22,7 @@ from anyio.lowlevel import checkpoint
 from adapters._lease import RenewedLease
 from core.coordination import Applied, CoordinationState
 from core.errors import StoreUnavailableError
-from core.model import Assignment, MemberId
+from core.model import Assignment, MemberId, MemberStats
 
 __all__ = ["InMemoryCoordination", "MemoryLease"]
 
@@ -68,6 +68,7 @@ class InMemoryCoordination:
         self.model = CoordinationState()
         self.history: deque[Assignment] = deque(maxlen=_HISTORY)
         self.member_leases: dict[MemberId, MemoryLease] = {}
+        self.reports: dict[MemberId, MemberStats] = {}
         self.leader_lease: MemoryLease | None = None
         self.available = True
         self._changed: anyio.Event | None = None
@@ -113,10 +114,11 @@ class InMemoryCoordination:
         return self._changed
 
     def drop_lease(self, lease: MemoryLease) -> None:
-        """Delete what ``lease`` holds (its member record, the leader key)."""
+        """Delete what ``lease`` holds (its member record and report, the leader key)."""
         for member_id, held in list(self.member_leases.items()):
             if held is lease:
                 del self.member_leases[member_id]
+                self.reports.pop(member_id, None)
                 self.apply(self.model.leave(member_id))
         if self.leader_lease is lease:
             self.leader_lease = None

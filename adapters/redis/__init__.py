@@ -1,7 +1,8 @@
 """The coordination ports on Redis (>= 7.0) through redis-py's asyncio client.
 
-Keys, under ``shoal:{group}:``: ``consumers:{id}`` (member stats with a TTL, owner token
-first), ``members`` (the set of member ids), ``leader`` (``token:term:id`` with a TTL),
+Keys, under ``shoal:{group}:``: ``consumers:{id}`` (a live member: its owner token, with a
+TTL), ``members`` (the set of member ids), ``reports`` (one hash: the members' latest load
+reports, each with its member's token), ``leader`` (``token:term:id`` with a TTL),
 ``term`` (the fencing counter), ``assignment`` (the whole assignment as one JSON value),
 ``holds`` (one hash, field per partition), ``projects:{p}`` (a set) and ``events`` (the
 change-event stream every mutating script appends to). Each adapter is an async context
@@ -11,7 +12,11 @@ it they are seen within ``resync_interval``.
 """
 
 from adapters.redis._election import RedisElection, RedisLeadership
-from adapters.redis._membership import RedisMembership, RedisMembershipLease
+from adapters.redis._membership import (
+    RedisLoadReports,
+    RedisMembership,
+    RedisMembershipLease,
+)
 from adapters.redis._settings import RedisSettings
 from adapters.redis._store import RedisAssignmentStore, RedisHoldStore, RedisProjectRegistry
 
@@ -20,6 +25,7 @@ __all__ = [
     "RedisElection",
     "RedisHoldStore",
     "RedisLeadership",
+    "RedisLoadReports",
     "RedisMembership",
     "RedisMembershipLease",
     "RedisProjectRegistry",

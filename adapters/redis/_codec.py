@@ -1,7 +1,8 @@
 """Values as stored in Redis. Decoding is strict (``ValueError``).
 
-- member ``consumers:{id}``: ``{token}:{stats JSON}``; the token (random hex, no colon)
-  is the lease's owner check, done by prefix comparison in Lua.
+- member ``consumers:{id}``: ``{token}:``; the token (random hex, no colon) is the
+  lease's owner check, done by prefix comparison in Lua.
+- report (field ``{id}`` of ``reports``): ``{token}:{stats JSON}``, the member's token.
 - ``leader``: ``{token}:{term}:{leader id}`` (written by the campaign script).
 - ``assignment``: compact, sorted JSON ``{generation, owners, term}`` (as on etcd).
 - hold (field of ``holds``): compact, sorted JSON ``{generation, member, version}``.
@@ -31,10 +32,11 @@ __all__ = [
     "decode_assignment",
     "decode_hold",
     "decode_leader",
-    "decode_member",
+    "decode_report",
     "encode_assignment",
     "encode_hold",
     "encode_member",
+    "encode_report",
     "new_token",
     "new_version",
 ]
@@ -62,15 +64,19 @@ def _text(raw: bytes, what: str) -> str:
 # --- members ---------------------------------------------------------------------------
 
 
-def encode_member(token: str, stats: MemberStats) -> str:
+def encode_member(token: str) -> str:
+    return f"{token}:"
+
+
+def encode_report(token: str, stats: MemberStats) -> str:
     return f"{token}:{dumps(stats_to_json(stats))}"
 
 
-def decode_member(raw: bytes) -> MemberStats:
-    """The stats of a member value; unknown keys are ignored, missing ones default."""
-    token, sep, stats = _text(raw, "member").partition(":")
+def decode_report(raw: bytes) -> MemberStats:
+    """The stats of a report; unknown keys are ignored, missing ones default."""
+    token, sep, stats = _text(raw, "report").partition(":")
     if not sep or not token:
-        raise ValueError(f"member: expected token:stats, got {raw[:80]!r}")
+        raise ValueError(f"report: expected token:stats, got {raw[:80]!r}")
     return stats_from_json(loads_object(stats, "member stats"))
 
 

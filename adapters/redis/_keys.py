@@ -26,6 +26,11 @@ class Keys:
         return f"{self.root}members"
 
     @property
+    def reports(self) -> str:
+        """One hash: field ``{member id}`` -> ``{member token}:{stats JSON}``."""
+        return f"{self.root}reports"
+
+    @property
     def leader(self) -> str:
         return f"{self.root}leader"
 

@@ -1,31 +1,35 @@
-"""``RedisMembership``: ``consumers:{id}`` -> ``{token}:{stats JSON}`` with a TTL (PX).
+"""``RedisMembership``: ``consumers:{id}`` -> ``{token}:`` with a TTL (PX);
+``RedisLoadReports``: field ``{id}`` of the hash ``reports`` -> ``{token}:{stats JSON}``.
 
-``join`` is ``SET NX PX`` (a live member keeps its id); renewals, updates and ``leave``
+``join`` is ``SET NX PX`` (a live member keeps its id); renewals, reports and ``leave``
 are owner-checked scripts. The ``members`` set lists the ids that may be live: Redis
-cannot list keys by prefix cheaply, so ``members()`` reads the set and the keys in one
-script, pruning ids whose key expired.
+cannot list keys by prefix cheaply, so one script reads the set, the keys and the reports,
+pruning ids (and reports) whose key expired, and keeping only reports written by the live
+member's token (not by an earlier member of the same id).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 
 import anyio
 
-from adapters._lease import MemberOnLease, check_ttl
+from adapters._lease import MemberOnLease, check_ttl, reporting_lease
 from adapters.redis._base import RedisAdapter
 from adapters.redis._client import RedisClient, ms
-from adapters.redis._codec import decode_member, encode_member, new_token
+from adapters.redis._codec import decode_report, encode_member, encode_report, new_token
 from adapters.redis._feed import Change
+from adapters.redis._keys import Keys
 from adapters.redis._lease import Lease
 from adapters.redis._watch import watch_snapshots
 from core.errors import LeaseLostError, MemberExistsError, ShoalError
 from core.model import MemberId, MemberStats
+from core.ports import MembershipLease
 
-__all__ = ["RedisMembership", "RedisMembershipLease"]
+__all__ = ["RedisLoadReports", "RedisMembership", "RedisMembershipLease"]
 
 _log = logging.getLogger(__name__)
 
@@ -33,37 +37,14 @@ _log = logging.getLogger(__name__)
 class RedisMembershipLease(MemberOnLease):
     """A joined member: its key is renewed by the adapter's task group."""
 
-    def __init__(
-        self, client: RedisClient, lease: Lease, member_id: MemberId, events_key: str
-    ) -> None:
+    def __init__(self, lease: Lease, member_id: MemberId) -> None:
         super().__init__(lease, member_id)
-        self._client = client
-        self._key_lease = lease
-        self._events_key = events_key
+        self.key_lease = lease
 
     @property
     def key(self) -> str:
         """The member's Redis key."""
-        return self._key_lease.key
-
-    async def _write(self, stats: MemberStats) -> None:
-        """Write ``stats`` and renew the TTL, if the member key is still ours."""
-        lease = self._key_lease
-        sent = time.monotonic()
-        written = await self._client.script(
-            "UPDATE",
-            [lease.key, self._events_key],
-            [
-                lease.token,
-                encode_member(lease.token, stats),
-                ms(lease.ttl),
-                self._client.settings.events_maxlen,
-            ],
-        )
-        if not written:
-            lease.lose("member key expired or taken over")
-            raise LeaseLostError(f"member {self.member_id}: its key is gone from Redis")
-        lease.renewed(sent)
+        return self.key_lease.key
 
     async def leave(self) -> None:
         """Delete the member key now (if still ours). Idempotent.
@@ -71,7 +52,7 @@ class RedisMembershipLease(MemberOnLease):
         Raises ``StoreUnavailableError`` if Redis did not confirm; the key then expires
         with its TTL, and calling ``leave`` again retries.
         """
-        await self._key_lease.release()
+        await self.key_lease.release()
 
 
 class RedisMembership(RedisAdapter):
@@ -79,9 +60,7 @@ class RedisMembership(RedisAdapter):
 
     _expirations = True
 
-    async def join(
-        self, member_id: MemberId, stats: MemberStats, ttl: float
-    ) -> RedisMembershipLease:
+    async def join(self, member_id: MemberId, ttl: float) -> RedisMembershipLease:
         """``SET consumers:{member_id} NX PX ttl``; raises ``MemberExistsError`` when a live
         member has that id, ``StoreUnavailableError`` when Redis does not answer."""
         check_ttl(ttl)
@@ -93,7 +72,7 @@ class RedisMembership(RedisAdapter):
         async def release() -> object:
             return await client.script(
                 "LEAVE",
-                [key, keys.members, keys.events],
+                [key, keys.members, keys.reports, keys.events],
                 [token, member_id, settings.events_maxlen],
             )
 
@@ -102,7 +81,7 @@ class RedisMembership(RedisAdapter):
             joined = await client.script(
                 "JOIN",
                 [key, keys.members, keys.events],
-                [member_id, encode_member(token, stats), ms(ttl), settings.events_maxlen],
+                [member_id, encode_member(token), ms(ttl), settings.events_maxlen],
             )
         except BaseException:
             # it may have been applied (a timeout, a cancellation): undo it if so
@@ -125,16 +104,15 @@ class RedisMembership(RedisAdapter):
         )
         wake = feed.add(lambda change: _taken(change, key))
         await self._keep(lease, wake)
-        return RedisMembershipLease(client, lease, member_id, keys.events)
+        return RedisMembershipLease(lease, member_id)
 
-    async def members(self) -> Mapping[MemberId, MemberStats]:
-        reply = await self._client.script("MEMBERS", [self._keys.members], [self._keys.consumers])
-        return self._decode(reply)
+    async def members(self) -> frozenset[MemberId]:
+        return frozenset(await _live(self._client, self._keys))
 
-    async def watch(self) -> AsyncIterator[Mapping[MemberId, MemberStats]]:
-        """The live member map now and after every change; survives Redis restarts."""
+    async def watch(self) -> AsyncIterator[frozenset[MemberId]]:
+        """The live member set now and after every join and leave; survives Redis restarts."""
         feed = await self._started_feed()
-        last: Mapping[MemberId, MemberStats] | None = None
+        last: frozenset[MemberId] | None = None
         snapshots = watch_snapshots(
             self._client, feed, lambda c: c.topic == "members", self.members, "members"
         )
@@ -142,17 +120,43 @@ class RedisMembership(RedisAdapter):
             async for members in snapshots:
                 if members != last:
                     last = members
-                    yield dict(members)
+                    yield members
 
-    def _decode(self, reply: Sequence[bytes]) -> dict[MemberId, MemberStats]:
-        members: dict[MemberId, MemberStats] = {}
-        for raw_id, value in zip(reply[::2], reply[1::2], strict=True):
-            member_id = raw_id.decode(errors="replace")
+
+class RedisLoadReports(RedisAdapter):
+    """The ``LoadReports`` port on Redis."""
+
+    async def report(self, lease: MembershipLease, stats: MemberStats) -> None:
+        member = reporting_lease(lease, RedisMembershipLease)
+        held = member.key_lease
+        written = await self._client.script(
+            "REPORT",
+            [held.key, self._keys.reports],
+            [held.token, member.member_id, encode_report(held.token, stats)],
+        )
+        if not written:
+            held.lose("member key expired or taken over")
+            raise LeaseLostError(f"member {member.member_id}: its key is gone from Redis")
+
+    async def reports(self) -> Mapping[MemberId, MemberStats]:
+        reports: dict[MemberId, MemberStats] = {}
+        for member_id, raw in sorted((await _live(self._client, self._keys)).items()):
+            if raw is None:
+                continue
             try:
-                members[member_id] = decode_member(value)
+                reports[member_id] = decode_report(raw)
             except ValueError as exc:
-                _log.warning("redis: ignoring member %s: %s", member_id, exc)
-        return dict(sorted(members.items()))
+                _log.warning("redis: ignoring the report of %s: %s", member_id, exc)
+        return reports
+
+
+async def _live(client: RedisClient, keys: Keys) -> dict[MemberId, bytes | None]:
+    """The live member ids, each with its current report (None when it has none)."""
+    reply = await client.script("MEMBERS", [keys.members, keys.reports], [keys.consumers])
+    return {
+        raw_id.decode(errors="replace"): value or None
+        for raw_id, value in zip(reply[::2], reply[1::2], strict=True)
+    }
 
 
 def _taken(change: Change, key: str) -> bool:

@@ -48,43 +48,52 @@ return 1
 """
 )
 
-# KEYS: member key, events. ARGV: token, new value, ttl ms, maxlen.
-UPDATE = (
+# KEYS: member key, reports. ARGV: token, member id, report value ({token}:{stats}).
+# A load report: no event, so it wakes no watcher of the member set.
+REPORT = (
     _EVENT
     + """
 if not owned(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-event(KEYS[2], ARGV[4], 'members', 'update', KEYS[1])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 return 1
 """
 )
 
-# KEYS: member key, members set, events. ARGV: token, member id, maxlen.
+# KEYS: member key, members set, reports, events. ARGV: token, member id, maxlen.
 LEAVE = (
     _EVENT
     + """
 if not owned(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[2])
-event(KEYS[3], ARGV[3], 'members', 'leave', KEYS[1])
+redis.call('HDEL', KEYS[3], ARGV[2])
+event(KEYS[4], ARGV[3], 'members', 'leave', KEYS[1])
 return 1
 """
 )
 
-# KEYS: members set. ARGV: member key prefix. -> {id, value, id, value, ...}; prunes the set.
-MEMBERS = """
+# KEYS: members set, reports. ARGV: member key prefix. -> {id, report or false, ...} of
+# the live members; the report only if the live member's token wrote it. Prunes the ids
+# (and reports) of members whose key expired.
+MEMBERS = (
+    _EVENT
+    + """
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local value = redis.call('GET', ARGV[1] .. id)
   if value then
+    local report = redis.call('HGET', KEYS[2], id)
+    local token = string.match(value, '^([^:]*):')
     out[#out + 1] = id
-    out[#out + 1] = value
+    out[#out + 1] = (report and owned(report, token)) and report or false
   else
     redis.call('SREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], id)
   end
 end
 return out
 """
+)
 
 # KEYS: leader, term counter, events. ARGV: candidate id, token, ttl ms, maxlen.
 # -> {1, term} elected (also when the key is already this token's: a retry after a lost

@@ -13,6 +13,7 @@ from adapters.etcd import (
     EtcdAssignmentStore,
     EtcdElection,
     EtcdHoldStore,
+    EtcdLoadReports,
     EtcdMembership,
     EtcdProjectRegistry,
     EtcdSettings,
@@ -21,6 +22,7 @@ from adapters.kafka import (
     KafkaAssignmentStore,
     KafkaElection,
     KafkaHoldStore,
+    KafkaLoadReports,
     KafkaMembership,
     KafkaProjectRegistry,
     KafkaSettings,
@@ -31,6 +33,7 @@ from adapters.redis import (
     RedisAssignmentStore,
     RedisElection,
     RedisHoldStore,
+    RedisLoadReports,
     RedisMembership,
     RedisProjectRegistry,
     RedisSettings,
@@ -52,6 +55,12 @@ class Backends(containers.DeclarativeContainer):
         etcd=providers.Factory(EtcdMembership, etcd_settings),
         redis=providers.Factory(RedisMembership, redis_settings),
         kafka=providers.Factory(KafkaMembership, kafka_settings, strategy=config.strategy),
+    )
+    load_reports = providers.Selector(
+        config.coordination,
+        etcd=providers.Factory(EtcdLoadReports, etcd_settings),
+        redis=providers.Factory(RedisLoadReports, redis_settings),
+        kafka=providers.Factory(KafkaLoadReports, kafka_settings),
     )
     election = providers.Selector(
         config.coordination,

@@ -40,6 +40,7 @@ async def serve(container: HandlerContainer) -> None:
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         membership = await stack.enter_async_context(container.backends.membership())
+        reports = await stack.enter_async_context(container.backends.load_reports())
         assignments = await stack.enter_async_context(container.backends.assignment_store())
         holds = await stack.enter_async_context(container.backends.hold_store())
         projects = await stack.enter_async_context(container.backends.project_registry())
@@ -50,6 +51,7 @@ async def serve(container: HandlerContainer) -> None:
         handler = Handler(
             settings=settings,
             membership=membership,
+            reports=reports,
             assignments=assignments,
             holds=holds,
             projects=projects,

@@ -32,6 +32,7 @@ from core.ports import (
     Delivery,
     HoldStore,
     LandingLog,
+    LoadReports,
     Membership,
     MembershipLease,
     ProjectRegistry,
@@ -67,6 +68,7 @@ class Handler:
         *,
         settings: HandlerSettings,
         membership: Membership,
+        reports: LoadReports,
         assignments: AssignmentStore,
         holds: HoldStore,
         projects: ProjectRegistry,
@@ -78,6 +80,7 @@ class Handler:
         self._settings = settings
         self._id: MemberId = settings.id
         self._membership = membership
+        self._reports = reports
         self._assignments = assignments
         self._hold_store = holds
         self._registry = projects
@@ -144,9 +147,7 @@ class Handler:
         failures = 0
         while not stop.is_set():
             try:
-                lease = await self._membership.join(
-                    self._id, self._stats(), self._settings.lease_ttl
-                )
+                lease = await self._membership.join(self._id, self._settings.lease_ttl)
             except (MemberExistsError, StoreUnavailableError) as exc:
                 failures += 1
                 delay = retry_delay(failures, base=0.2, cap=max(0.2, self._settings.lease_ttl / 2))
@@ -190,7 +191,7 @@ class Handler:
             tg.start_soon(on_lease_lost)
             tg.start_soon(on_stop)
             tg.start_soon(self._lander.run)
-            tg.start_soon(self._report_stats, lease)
+            tg.start_soon(self._report_load, lease)
             tg.start_soon(self._follow_assignment, lease, tg)
         self._owned.clear()
         self._metrics.owned.set(0)
@@ -388,13 +389,13 @@ class Handler:
             log.info("project registered", extra=fields(project=project_id, partition=partition))
         await self._transport.reply_registration(partition, project_id, self._id)
 
-    async def _report_stats(self, lease: MembershipLease) -> None:
+    async def _report_load(self, lease: MembershipLease) -> None:
         while True:
-            await anyio.sleep(self._settings.stats_interval)
             try:
-                await lease.update(self._stats())
+                await self._reports.report(lease, self._stats())
             except (LeaseLostError, StoreUnavailableError) as exc:
-                log.warning("stats update failed", extra=fields(error=str(exc)))
+                log.warning("load report failed", extra=fields(error=str(exc)))
+            await anyio.sleep(self._settings.stats_interval)
 
     def _stats(self) -> MemberStats:
         return MemberStats(

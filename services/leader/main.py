@@ -59,6 +59,7 @@ async def serve(container: LeaderContainer) -> None:
     async with AsyncExitStack() as stack:
         election = await stack.enter_async_context(container.backends.election())
         membership = await stack.enter_async_context(container.backends.membership())
+        reports = await stack.enter_async_context(container.backends.load_reports())
         store = await stack.enter_async_context(container.backends.assignment_store())
         holds = await stack.enter_async_context(container.backends.hold_store())
         transport = await stack.enter_async_context(container.backends.transport())
@@ -72,6 +73,7 @@ async def serve(container: LeaderContainer) -> None:
             partitions=shoal.partitions,
             scaler=scaler,
             membership=membership,
+            reports=reports,
             transport=transport,
             registry=container.registry(),
         )
@@ -92,6 +94,7 @@ async def serve(container: LeaderContainer) -> None:
             leader_loop=leader_loop,
             election=election,
             membership=membership,
+            reports=reports,
             store=store,
             holds=holds,
             transport=transport,

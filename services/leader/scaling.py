@@ -23,8 +23,8 @@ from typing import Any
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from core.ports import Leadership, Membership, Scaler, Transport
-from core.scaling import ScalingDecision, ScalingSnapshot, decide
+from core.ports import Leadership, LoadReports, Membership, Scaler, Transport
+from core.scaling import ScalingDecision, ScalingSnapshot, decide, member_loads
 from services.common.logs import fields
 from services.leader.settings import AutoscalingSettings
 
@@ -73,6 +73,7 @@ class ScalingLoop:
         partitions: int,
         scaler: Scaler | None,
         membership: Membership,
+        reports: LoadReports,
         transport: Transport,
         registry: CollectorRegistry | None = None,
     ) -> None:
@@ -81,6 +82,7 @@ class ScalingLoop:
         self._partitions = partitions
         self._scaler = scaler
         self._membership = membership
+        self._reports = reports
         self._transport = transport
         self.history: deque[ScalingRecord] = deque(maxlen=settings.history)
         self._term: int | None = None
@@ -151,6 +153,7 @@ class ScalingLoop:
             with anyio.fail_after(s.timeout):
                 replicas = await self._scaler.replicas()
                 members = await self._membership.members()
+                reports = await self._reports.reports()
         except Exception as exc:  # a failed read skips this evaluation, never the loop
             return self._keep(
                 ScalingRecord(
@@ -158,7 +161,7 @@ class ScalingLoop:
                     term=leadership.term,
                     decision="error",
                     rule="read-failed",
-                    reason=f"hold: could not read replicas or member stats: {_describe(exc)}",
+                    reason=f"hold: could not read replicas or load: {_describe(exc)}",
                     replicas_before=None,
                     replicas_after=None,
                     target=None,
@@ -170,7 +173,7 @@ class ScalingLoop:
         self._seen_replicas(replicas)
         total_lag = await self._total_lag()
         decision = decide(
-            ScalingSnapshot(handlers=members, total_lag=total_lag),
+            ScalingSnapshot(member_loads(members, reports), total_lag),
             replicas,
             self._last_action_at,
             now + _TICK_SLACK,

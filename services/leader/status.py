@@ -18,7 +18,8 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Gauge
 
-from core.ports import AssignmentStore, Election, HoldStore, Membership, Transport
+from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership, Transport
+from core.scaling import member_loads
 from services.common.metrics import metrics_response
 from services.leader.dashboard import mount_dashboard
 from services.leader.leader_loop import LeaderLoop
@@ -33,6 +34,7 @@ class StatusReader:
         leader_loop: LeaderLoop,
         election: Election,
         membership: Membership,
+        reports: LoadReports,
         store: AssignmentStore,
         holds: HoldStore,
         transport: Transport,
@@ -43,6 +45,7 @@ class StatusReader:
         self._leader_loop = leader_loop
         self._election = election
         self._membership = membership
+        self._reports = reports
         self._store = store
         self._holds = holds
         self._transport = transport
@@ -104,6 +107,7 @@ class StatusReader:
     async def _local_document(self) -> dict[str, Any]:
         leader = await self._election.leader()
         members = await self._membership.members()
+        reports = await self._reports.reports()
         assignment = await self._store.current()
         holds = await self._holds.holds()
         lags = await self.lags()
@@ -129,7 +133,7 @@ class StatusReader:
             "generation": generation,
             "members": [
                 {"id": m, "partitions": len(by_member.get(m, ())), **asdict(stats)}
-                for m, stats in sorted(members.items())
+                for m, stats in member_loads(members, reports).items()
             ],
             "partitions": partitions,
             "rebalances": [asdict(r) for r in reversed(self._leader_loop.rebalances)],

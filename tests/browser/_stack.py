@@ -22,6 +22,7 @@ from adapters.memory import (
     InMemoryCoordination,
     InMemoryElection,
     InMemoryHoldStore,
+    InMemoryLoadReports,
     InMemoryMembership,
     InMemoryProjectRegistry,
     InMemoryTransport,
@@ -97,6 +98,7 @@ class Stack:
         async with (
             InMemoryElection(self.state) as election,
             InMemoryMembership(self.state) as membership,
+            InMemoryLoadReports(self.state) as reports,
             InMemoryAssignmentStore(self.state) as store,
             InMemoryHoldStore(self.state) as holds,
         ):
@@ -112,6 +114,7 @@ class Stack:
                 leader_loop=leader_loop,
                 election=election,
                 membership=membership,
+                reports=reports,
                 store=store,
                 holds=holds,
                 transport=self.transport,
@@ -133,6 +136,7 @@ class Stack:
     ) -> None:
         async with (
             InMemoryMembership(self.state) as membership,
+            InMemoryLoadReports(self.state) as reports,
             InMemoryAssignmentStore(self.state) as assignments,
             InMemoryHoldStore(self.state) as holds,
             InMemoryProjectRegistry(self.state) as projects,
@@ -142,6 +146,7 @@ class Stack:
                     id=handler_id, lease_ttl=1.0, stats_interval=0.5, fetch_timeout=0.05
                 ),
                 membership=membership,
+                reports=reports,
                 assignments=assignments,
                 holds=holds,
                 projects=projects,

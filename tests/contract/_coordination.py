@@ -1,13 +1,15 @@
-"""Contract suites of the coordination ports: Membership, Election, AssignmentStore,
-HoldStore, ProjectRegistry, and every store against the core model of the rules.
+"""Contract suites of the coordination ports: Membership, LoadReports, Election,
+AssignmentStore, HoldStore, ProjectRegistry, and every store against the core model of
+the rules.
 
-Written once, run against every adapter (Watermill's habit). A test module subclasses
-``MembershipContract``, ``ElectionContract`` and ``AssignmentStoreContract`` and provides a
-``harness`` fixture (a ``CoordinationHarness``): it opens adapters on one fresh, isolated
-store and injects faults. ``Features`` tells which checks apply.
+Written once, run against every adapter (Watermill's habit). A test module subclasses the
+``*Contract`` classes and provides a ``harness`` fixture (a ``CoordinationHarness``): it
+opens adapters on one fresh, isolated store and injects faults. ``Features`` tells which
+checks apply.
 
 Every wait is bounded by ``anyio.fail_after``; the only sleeps are the time under test
-(a lease outliving its TTL) or a bounded check that something does NOT happen.
+(a lease outliving its TTL), a bounded check that something does NOT happen, and the poll
+of ``LoadReports.reports()`` (a port with no watch: its readers poll).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from core.ports import (
     HoldStore,
     LeaderInfo,
     Leadership,
+    LoadReports,
     Membership,
     MembershipLease,
     ProjectRegistry,
@@ -43,6 +46,7 @@ __all__ = [
     "ElectionContract",
     "Features",
     "HoldStoreContract",
+    "LoadReportsContract",
     "MembershipContract",
     "ProjectRegistryContract",
 ]
@@ -77,6 +81,8 @@ class CoordinationHarness(Protocol):
     def features(self) -> Features: ...
 
     def membership(self) -> AbstractAsyncContextManager[Membership]: ...
+
+    def reports(self) -> AbstractAsyncContextManager[LoadReports]: ...
 
     def election(self) -> AbstractAsyncContextManager[Election]: ...
 
@@ -143,7 +149,7 @@ def owners(generation: int, *per_partition: str) -> Assignment:
 
 @pytest.mark.anyio
 class MembershipContract:
-    async def test_watch_sees_join_update_and_leave_when_members_change(
+    async def test_watch_sees_join_and_leave_when_members_change(
         self, harness: CoordinationHarness
     ) -> None:
         async with (
@@ -152,78 +158,96 @@ class MembershipContract:
             harness.membership() as two,
             watching(observer.watch()) as updates,
         ):
-            assert await next_within(updates) == {}
-            a = await one.join("a", STATS_A, LONG_TTL)
-            assert await next_within(updates) == {"a": STATS_A}
-            await a.update(STATS_A2)
-            assert await next_within(updates) == {"a": STATS_A2}
-            b = await two.join("b", STATS_B, LONG_TTL)
-            assert await next_within(updates) == {"a": STATS_A2, "b": STATS_B}
+            assert await next_within(updates) == set()
+            a = await one.join("a", LONG_TTL)
+            assert await next_within(updates) == {"a"}
+            b = await two.join("b", LONG_TTL)
+            assert await next_within(updates) == {"a", "b"}
             await a.leave()
             # at once: far sooner than the 10 s TTL
-            assert await next_within(updates, 2.0) == {"b": STATS_B}
+            assert await next_within(updates, 2.0) == {"b"}
             await b.leave()
-            assert await next_within(updates, 2.0) == {}
+            assert await next_within(updates, 2.0) == set()
+
+    async def test_watch_is_not_woken_by_load_reports(self, harness: CoordinationHarness) -> None:
+        async with (
+            harness.membership() as observer,
+            harness.membership() as membership,
+            harness.reports() as reports,
+            watching(observer.watch()) as updates,
+        ):
+            assert await next_within(updates) == set()
+            a = await membership.join("a", LONG_TTL)
+            assert await next_within(updates) == {"a"}
+            await reports.report(a, STATS_A)
+            await reports.report(a, STATS_A2)
+            await membership.join("b", LONG_TTL)
+            # the next change seen is the join: neither report made one
+            assert await next_within(updates) == {"a", "b"}
 
     async def test_members_lists_live_members_when_joined(
         self, harness: CoordinationHarness
     ) -> None:
         async with harness.membership() as membership:
-            assert await membership.members() == {}
-            a = await membership.join("a", STATS_A, LONG_TTL)
-            await membership.join("b", STATS_B, LONG_TTL)
-            assert await membership.members() == {"a": STATS_A, "b": STATS_B}
+            assert await membership.members() == set()
+            a = await membership.join("a", LONG_TTL)
+            await membership.join("b", LONG_TTL)
+            assert await membership.members() == {"a", "b"}
             await a.leave()
-            assert await membership.members() == {"b": STATS_B}
+            assert await membership.members() == {"b"}
 
     async def test_join_raises_member_exists_when_id_is_live(
         self, harness: CoordinationHarness
     ) -> None:
-        async with harness.membership() as first, harness.membership() as second:
-            a = await first.join("a", STATS_A, LONG_TTL)
+        async with (
+            harness.membership() as first,
+            harness.membership() as second,
+            harness.reports() as reports,
+        ):
+            a = await first.join("a", LONG_TTL)
             with pytest.raises(MemberExistsError):
-                await second.join("a", STATS_B, LONG_TTL)
-            assert await second.members() == {"a": STATS_A}
+                await second.join("a", LONG_TTL)
+            assert await second.members() == {"a"}
             assert not a.is_lost()
-            await a.update(STATS_A2)  # the first member is untouched
-            assert await first.members() == {"a": STATS_A2}
+            await reports.report(a, STATS_A2)  # the first member is untouched
+            assert await reports.reports() == {"a": STATS_A2}
 
     async def test_join_succeeds_when_the_previous_member_left(
         self, harness: CoordinationHarness
     ) -> None:
-        async with harness.membership() as membership:
-            old = await membership.join("a", STATS_A, LONG_TTL)
+        async with harness.membership() as membership, harness.reports() as reports:
+            old = await membership.join("a", LONG_TTL)
             await old.leave()
-            new = await membership.join("a", STATS_B, LONG_TTL)
-            assert await membership.members() == {"a": STATS_B}
+            new = await membership.join("a", LONG_TTL)
+            assert await membership.members() == {"a"}
+            await reports.report(new, STATS_B)
             with pytest.raises(LeaseLostError):
-                await old.update(STATS_A2)  # the old lease does not write over the new one
-            assert await membership.members() == {"a": STATS_B}
+                await reports.report(old, STATS_A2)  # the old lease does not report over the new
+            assert await reports.reports() == {"a": STATS_B}
             assert not new.is_lost()
 
     async def test_leave_is_idempotent_when_called_twice(
         self, harness: CoordinationHarness
     ) -> None:
-        async with harness.membership() as membership:
-            a = await membership.join("a", STATS_A, LONG_TTL)
+        async with harness.membership() as membership, harness.reports() as reports:
+            a = await membership.join("a", LONG_TTL)
             await a.leave()
             await a.leave()
             assert a.is_lost()
             with anyio.fail_after(WAIT):
                 await a.wait_lost()
             with pytest.raises(LeaseLostError):
-                await a.update(STATS_A2)
-            assert await membership.members() == {}
+                await reports.report(a, STATS_A2)
+            assert await membership.members() == set()
 
     async def test_lease_stays_alive_when_renewed_past_its_ttl(
         self, harness: CoordinationHarness
     ) -> None:
         async with harness.membership() as membership:
-            a = await membership.join("a", STATS_A, SHORT_TTL)
+            a = await membership.join("a", SHORT_TTL)
             await anyio.sleep(SHORT_TTL * 2.5)  # the passing time is what is under test
             assert not a.is_lost()
-            await a.update(STATS_A2)
-            assert await membership.members() == {"a": STATS_A2}
+            assert await membership.members() == {"a"}
 
     async def test_member_disappears_and_lease_is_lost_when_lease_expires(
         self, harness: CoordinationHarness
@@ -231,19 +255,20 @@ class MembershipContract:
         async with (
             harness.membership() as observer,
             harness.membership() as membership,
+            harness.reports() as reports,
             watching(observer.watch()) as updates,
         ):
-            assert await next_within(updates) == {}
-            a = await membership.join("a", STATS_A, LONG_TTL)
-            await membership.join("b", STATS_B, LONG_TTL)
-            await until(updates, lambda m: set(m) == {"a", "b"}, WAIT)
+            assert await next_within(updates) == set()
+            a = await membership.join("a", LONG_TTL)
+            await membership.join("b", LONG_TTL)
+            await until(updates, lambda m: m == {"a", "b"}, WAIT)
             await harness.expire(a)
-            assert await next_within(updates) == {"b": STATS_B}
+            assert await next_within(updates) == {"b"}
             with anyio.fail_after(WAIT):
                 await a.wait_lost()
             assert a.is_lost()
             with pytest.raises(LeaseLostError):
-                await a.update(STATS_A2)
+                await reports.report(a, STATS_A2)
 
     async def test_lease_is_lost_at_its_deadline_when_renewal_stops(
         self, harness: CoordinationHarness
@@ -251,16 +276,17 @@ class MembershipContract:
         async with (
             harness.membership() as observer,
             harness.membership() as membership,
+            harness.reports() as reports,
             watching(observer.watch()) as updates,
         ):
-            a = await membership.join("a", STATS_A, SHORT_TTL)
+            a = await membership.join("a", SHORT_TTL)
             await until(updates, lambda m: "a" in m, WAIT)
             harness.pause_renewal(a)
             with anyio.fail_after(SHORT_TTL + 0.5):  # its deadline, by the local clock
                 await a.wait_lost()
             assert a.is_lost()
             with pytest.raises(LeaseLostError):
-                await a.update(STATS_A2)
+                await reports.report(a, STATS_A2)
             # and the store drops the member once the lease expired there too
             slack = harness.features.expiry_slack
             await until(updates, lambda m: "a" not in m, SHORT_TTL + slack + WAIT)
@@ -269,7 +295,7 @@ class MembershipContract:
         self, harness: CoordinationHarness
     ) -> None:
         async with harness.membership() as membership:
-            a = await membership.join("a", STATS_A, SHORT_TTL)
+            a = await membership.join("a", SHORT_TTL)
             assert not a.is_lost()
             # Block the event loop (a paused process): no renewal, no I/O can run.
             started = time.monotonic()
@@ -281,7 +307,7 @@ class MembershipContract:
         self, harness: CoordinationHarness
     ) -> None:
         async with harness.membership() as membership:
-            a = await membership.join("a", STATS_A, SHORT_TTL)
+            a = await membership.join("a", SHORT_TTL)
             assert not a.is_lost(0.0)
             assert not a.is_lost(SHORT_TTL / 20)
             # no lease can have a whole TTL (and more) left: it was granted before now
@@ -296,12 +322,84 @@ class MembershipContract:
             harness.membership() as membership,
             watching(observer.watch()) as updates,
         ):
-            assert await next_within(updates) == {}
-            await membership.join("a", STATS_A, LONG_TTL)
-            assert await next_within(updates) == {"a": STATS_A}
+            assert await next_within(updates) == set()
+            await membership.join("a", LONG_TTL)
+            assert await next_within(updates) == {"a"}
             await harness.restart_store()
-            await retry_while_unavailable(lambda: membership.join("b", STATS_B, LONG_TTL))
-            await until(updates, lambda m: m == {"a": STATS_A, "b": STATS_B}, 30)
+            await retry_while_unavailable(lambda: membership.join("b", LONG_TTL))
+            await until(updates, lambda m: m == {"a", "b"}, 30)
+
+
+# --- LoadReports -----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+class LoadReportsContract:
+    async def test_reports_hold_each_members_latest_report(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with (
+            harness.membership() as membership,
+            harness.reports() as writer,
+            harness.reports() as reader,
+        ):
+            assert await reader.reports() == {}
+            a = await membership.join("a", LONG_TTL)
+            b = await membership.join("b", LONG_TTL)
+            assert await reader.reports() == {}  # joined, not reported yet
+            await writer.report(a, STATS_A)
+            await writer.report(b, STATS_B)
+            await writer.report(a, STATS_A2)
+            await until_reported(reader, {"a": STATS_A2, "b": STATS_B})
+
+    async def test_report_goes_when_the_member_leaves(self, harness: CoordinationHarness) -> None:
+        async with harness.membership() as membership, harness.reports() as reports:
+            a = await membership.join("a", LONG_TTL)
+            b = await membership.join("b", LONG_TTL)
+            await reports.report(a, STATS_A)
+            await reports.report(b, STATS_B)
+            await a.leave()
+            await until_reported(reports, {"b": STATS_B})
+
+    async def test_report_goes_when_the_member_expires(self, harness: CoordinationHarness) -> None:
+        async with harness.membership() as membership, harness.reports() as reports:
+            a = await membership.join("a", SHORT_TTL)
+            b = await membership.join("b", LONG_TTL)
+            await reports.report(a, STATS_A)
+            await reports.report(b, STATS_B)
+            harness.pause_renewal(a)
+            slack = harness.features.expiry_slack
+            await until_reported(reports, {"b": STATS_B}, SHORT_TTL + slack + WAIT)
+
+    async def test_a_rejoined_member_does_not_show_its_old_report(
+        self, harness: CoordinationHarness
+    ) -> None:
+        async with harness.membership() as membership, harness.reports() as reports:
+            old = await membership.join("a", SHORT_TTL)
+            await reports.report(old, STATS_A)
+            harness.pause_renewal(old)
+            slack = harness.features.expiry_slack
+            with anyio.fail_after(SHORT_TTL + slack + WAIT):
+                while True:  # the store drops the member at its own pace
+                    try:
+                        new = await membership.join("a", LONG_TTL)
+                        break
+                    except MemberExistsError:
+                        await anyio.sleep(0.1)
+            await until_reported(reports, {}, WAIT)
+            await reports.report(new, STATS_B)
+            assert await reports.reports() == {"a": STATS_B}
+
+
+async def until_reported(
+    reports: LoadReports, wanted: Mapping[str, MemberStats], seconds: float = WAIT
+) -> None:
+    """Poll ``reports()`` until it is ``wanted`` (reports have no watch: readers poll)."""
+    with anyio.fail_after(seconds):
+        while True:
+            if await reports.reports() == wanted:
+                return
+            await anyio.sleep(0.05)
 
 
 # --- Election --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from adapters.etcd import (
     EtcdElection,
     EtcdHoldStore,
     EtcdLeadership,
+    EtcdLoadReports,
     EtcdMembership,
     EtcdMembershipLease,
     EtcdProjectRegistry,
@@ -28,6 +29,7 @@ from tests.contract._coordination import (
     ElectionContract,
     Features,
     HoldStoreContract,
+    LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
 )
@@ -47,6 +49,9 @@ class EtcdHarness:
 
     def membership(self) -> EtcdMembership:
         return EtcdMembership(self.settings)
+
+    def reports(self) -> EtcdLoadReports:
+        return EtcdLoadReports(self.settings)
 
     def election(self) -> EtcdElection:
         return EtcdElection(self.settings)
@@ -90,6 +95,11 @@ async def harness(etcd_server: ServerInfo) -> AsyncIterator[EtcdHarness]:
 
 @pytest.mark.etcd
 class TestEtcdMembership(MembershipContract):
+    pass
+
+
+@pytest.mark.etcd
+class TestEtcdLoadReports(LoadReportsContract):
     pass
 
 

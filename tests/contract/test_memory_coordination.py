@@ -10,6 +10,7 @@ from adapters.memory import (
     InMemoryElection,
     InMemoryHoldStore,
     InMemoryLeadership,
+    InMemoryLoadReports,
     InMemoryMembership,
     InMemoryMembershipLease,
     InMemoryProjectRegistry,
@@ -21,6 +22,7 @@ from tests.contract._coordination import (
     ElectionContract,
     Features,
     HoldStoreContract,
+    LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
 )
@@ -34,6 +36,9 @@ class MemoryHarness:
 
     def membership(self) -> InMemoryMembership:
         return InMemoryMembership(self.state)
+
+    def reports(self) -> InMemoryLoadReports:
+        return InMemoryLoadReports(self.state)
 
     def election(self) -> InMemoryElection:
         return InMemoryElection(self.state)
@@ -68,6 +73,10 @@ def harness() -> MemoryHarness:
 
 
 class TestInMemoryMembership(MembershipContract):
+    pass
+
+
+class TestInMemoryLoadReports(LoadReportsContract):
     pass
 
 

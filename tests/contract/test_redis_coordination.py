@@ -31,6 +31,7 @@ from adapters.redis import (
     RedisElection,
     RedisHoldStore,
     RedisLeadership,
+    RedisLoadReports,
     RedisMembership,
     RedisMembershipLease,
     RedisProjectRegistry,
@@ -46,6 +47,7 @@ from tests.contract._coordination import (
     ElectionContract,
     Features,
     HoldStoreContract,
+    LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
 )
@@ -109,6 +111,9 @@ class RedisHarness:
     def membership(self) -> RedisMembership:
         return RedisMembership(self.settings)
 
+    def reports(self) -> RedisLoadReports:
+        return RedisLoadReports(self.settings)
+
     def election(self) -> RedisElection:
         return RedisElection(self.settings)
 
@@ -156,6 +161,11 @@ async def harness(redis_store: RedisStore) -> AsyncIterator[RedisHarness]:
 
 @pytest.mark.redis
 class TestRedisMembership(MembershipContract):
+    pass
+
+
+@pytest.mark.redis
+class TestRedisLoadReports(LoadReportsContract):
     pass
 
 

@@ -22,6 +22,7 @@ from adapters.memory import (
     InMemoryCoordination,
     InMemoryElection,
     InMemoryHoldStore,
+    InMemoryLoadReports,
     InMemoryMembership,
     InMemoryProjectRegistry,
     InMemoryTransport,
@@ -99,6 +100,7 @@ class World:
         # Adapters are entered and left by the task that uses them (task-group rule).
         async with (
             InMemoryMembership(self.state) as membership,
+            InMemoryLoadReports(self.state) as reports,
             InMemoryAssignmentStore(self.state) as assignments,
             InMemoryHoldStore(self.state) as holds,
             InMemoryProjectRegistry(self.state) as projects,
@@ -107,6 +109,7 @@ class World:
             handler = Handler(
                 settings=HandlerSettings(**settings),
                 membership=membership,
+                reports=reports,
                 assignments=assignments,
                 holds=holds,
                 projects=projects,

@@ -3,8 +3,9 @@
 Decisions (holds included) land in the status document with their reasons; only the
 active leader evaluates and acts, and a leader that loses leadership stops at once;
 cooldown and [min, max] hold; the lag rule reads the transport's backlog; failures are
-recorded, not fatal. Member stats come from real ``InMemoryMembership`` leases and the
-pool is an ``InMemoryScaler`` (the same contract as the real scalers: tests/contract).
+recorded, not fatal. Load reports come from real ``InMemoryMembership`` leases (through
+``InMemoryLoadReports``) and the pool is an ``InMemoryScaler`` (the same contract as the
+real scalers: tests/contract).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from adapters.memory import (
     InMemoryCoordination,
     InMemoryElection,
     InMemoryHoldStore,
+    InMemoryLoadReports,
     InMemoryMembership,
     InMemoryMembershipLease,
     InMemoryTransport,
@@ -86,6 +88,7 @@ class World:
     state: InMemoryCoordination
     transport: InMemoryTransport
     members: InMemoryMembership
+    reports: InMemoryLoadReports
     tg: TaskGroup
     leases: dict[str, InMemoryMembershipLease] = field(default_factory=dict)
 
@@ -106,6 +109,7 @@ class World:
         async with (
             InMemoryElection(self.state) as election,
             InMemoryMembership(self.state) as membership,
+            InMemoryLoadReports(self.state) as reports,
             InMemoryAssignmentStore(self.state) as store,
             InMemoryHoldStore(self.state) as holds,
         ):
@@ -115,6 +119,7 @@ class World:
                 partitions=PARTITIONS,
                 scaler=scaler,
                 membership=membership,
+                reports=reports,
                 transport=self.transport,
                 registry=registry,
             )
@@ -131,6 +136,7 @@ class World:
                 leader_loop=leader_loop,
                 election=election,
                 membership=membership,
+                reports=reports,
                 store=store,
                 holds=holds,
                 transport=self.transport,
@@ -142,11 +148,10 @@ class World:
 
     async def handler(self, handler_id: str, project_count: int) -> None:
         """A handler as the leader sees one: a member on a lease, reporting stats."""
+        if handler_id not in self.leases:
+            self.leases[handler_id] = await self.members.join(handler_id, ttl=5.0)
         stats = MemberStats(cpu=5.0, project_count=project_count)
-        if handler_id in self.leases:
-            await self.leases[handler_id].update(stats)
-        else:
-            self.leases[handler_id] = await self.members.join(handler_id, stats, ttl=5.0)
+        await self.reports.report(self.leases[handler_id], stats)
 
     async def publish(self, count: int) -> None:
         for n in range(count):
@@ -169,9 +174,10 @@ async def world() -> AsyncIterator[World]:
     async with (
         InMemoryTransport(ack_wait=5.0) as transport,
         InMemoryMembership(state) as members,
+        InMemoryLoadReports(state) as reports,
         anyio.create_task_group() as tg,
     ):
-        yield World(state, transport, members, tg)
+        yield World(state, transport, members, reports, tg)
         tg.cancel_scope.cancel()
 
 

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from core.coordination import Applied, CoordinationState, Hold, Leader
 from core.handoff import ClaimAction, decide_claim
-from core.model import Assignment, MemberStats
+from core.model import Assignment
 
 MEMBERS = ("a", "b", "c")
 PARTITIONS = 3
@@ -22,8 +22,8 @@ def accepted(applied: Applied) -> CoordinationState:
 
 
 def test_a_refused_write_returns_the_same_state_and_says_why() -> None:
-    state = accepted(CoordinationState().join("a", MemberStats()))
-    applied = state.join("a", MemberStats(cpu=1.0))
+    state = accepted(CoordinationState().join("a"))
+    applied = state.join("a")
     assert not applied.accepted
     assert applied.state is state
     assert applied.reason == "member 'a' is already live"
@@ -99,7 +99,7 @@ class Cluster(RuleBasedStateMachine):
         if member not in self.state.members:
             self.believes[member].clear()
         live = member in self.state.members
-        assert self.write(self.state.join(member, MemberStats())) is not live
+        assert self.write(self.state.join(member)) is not live
 
     @rule(member=st.sampled_from(MEMBERS))
     def expire(self, member: str) -> None:

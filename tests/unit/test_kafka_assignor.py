@@ -27,7 +27,6 @@ from adapters.kafka._coord_codec import (
     encode_broadcast,
 )
 from core.assignment import strategy_named
-from core.model import MemberStats
 
 TOPIC = "shoal.t.coord"
 P = 12
@@ -54,7 +53,6 @@ def session(
         role=role,
         member_id=member_id,
         incarnation=inc or f"{member_id}-1",
-        stats=MemberStats(cpu=0.5, project_count=len(member_id)),
         log_term=lambda: log_term,
     )
 
@@ -224,12 +222,6 @@ def test_one_of_two_new_incarnations_is_admitted_when_they_join_together() -> No
     )
     assert broadcast.members["a"].member == "k1"  # deterministic: lowest Kafka member id
     assert broadcast.rejected == {"k2"}
-
-
-def test_stats_travel_with_the_seat_when_a_member_joins() -> None:
-    stats = MemberStats(cpu=0.25, project_count=7, last_message_id="m-3", rate=1.5)
-    broadcast = sticky_group(1, {"k1": meta("a", stats=stats)})
-    assert broadcast.members["a"].stats == stats
 
 
 # --- election ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from core.errors import InvalidScalingSettings
 from core.model import MemberStats
-from core.scaling import ScalingDecision, ScalingSettings, ScalingSnapshot, decide
+from core.scaling import ScalingDecision, ScalingSettings, ScalingSnapshot, decide, member_loads
 
 DEFAULTS = ScalingSettings()
 NOW = 10_000.0
@@ -164,10 +164,25 @@ def test_scale_straight_to_max_when_above_max_replicas() -> None:
     assert decision.reason == "scale down: replicas 12 > max_replicas 10"
 
 
-def test_hold_when_no_handler_reports() -> None:
+def test_hold_when_no_handler_is_live() -> None:
     decision = _decide(ScalingSnapshot(handlers={}), 3)
     assert (decision.delta, decision.rule) == (0, "no-handlers")
-    assert "no handler reports" in decision.reason
+    assert "no live handler" in decision.reason
+
+
+@given(
+    members=st.frozensets(st.sampled_from("abcdef")),
+    reports=st.dictionaries(
+        st.sampled_from("abcdefgh"), st.builds(MemberStats, cpu=st.floats(0, 100))
+    ),
+)
+def test_member_loads_are_the_live_members_with_their_reports_or_idle(
+    members: frozenset[str], reports: dict[str, MemberStats]
+) -> None:
+    loads = member_loads(members, reports)
+    assert set(loads) == members  # a report of a member gone is ignored
+    for member, stats in loads.items():
+        assert stats == reports.get(member, MemberStats())  # not reported yet: idle
 
 
 def test_hold_at_min_when_min_equals_max() -> None:
