@@ -200,9 +200,10 @@ class ProjectRegistry(Protocol):
 
 
 class Delivery(Protocol):
-    """One message handed to a consumer. ack/nak/dead_letter are idempotent: the first one
-    wins; each raises ``BrokerUnavailableError`` when the broker did not confirm it (the
-    message is then redelivered, never lost)."""
+    """One message handed to a consumer. It is settled by ``Subscription.ack`` (in bulk) or
+    by ``dead_letter``; one left unsettled past the ack wait (or when its subscription
+    closes) is redelivered with the next ``attempt``: that is the only retry, so a consumer
+    never asks for one."""
 
     @property
     def envelope(self) -> Envelope: ...
@@ -219,15 +220,11 @@ class Delivery(Protocol):
         partition. The landed table settles messages by it."""
         ...
 
-    async def ack(self) -> None: ...
-
-    async def nak(self, delay: float = 0.0) -> None:
-        """Ask for redelivery after ``delay`` seconds."""
-        ...
-
     async def dead_letter(self) -> None:
         """The message cannot be processed: store it on the dead-letter path (reason
-        ``unprocessable``) and never redeliver it."""
+        ``unprocessable``) and never redeliver it. Idempotent, and a no-op once the delivery
+        was settled. ``PublishError`` or ``BrokerUnavailableError`` when the broker did not
+        confirm (then nothing changed: it may be retried, or it is redelivered)."""
         ...
 
 

@@ -5,8 +5,9 @@ partition, each envelope sent to ``envelope.partition`` (so a project lands in t
 partition number as on NATS; the producer's partitioner is ``partition_for`` for records
 sent without one). Envelope fields in headers, key the project id, value the payload
 (``_codec``). A subscription ``assign()``s its partition and commits offsets under the
-group ``shoal.{group}`` without joining it; per-message ack/nak/dead_letter, ack deadlines,
-max_deliver and delivery counts are emulated on top (``_subscription``, ``_settlements``).
+group ``shoal.{group}`` without joining it; per-record settlement (bulk ack, dead_letter),
+ack deadlines, max_deliver and delivery counts are emulated on top (``_subscription``,
+``_settlements``).
 Dead letters go to ``shoal.dlq`` (``_dead_letter``), registration replies to ``shoal.reg``.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.
 

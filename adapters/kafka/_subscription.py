@@ -4,20 +4,18 @@ Kafka has offsets, not per-message acks. A subscription ``assign()``s exactly it
 (no group membership: the group id only names where offsets are committed), starts at the
 committed offset, and emulates the port's per-message semantics on top (the ``Settlements``):
 
-- ``ack()`` settles the offset and commits the lowest unsettled offset (every offset below
-  it is settled), with the settlements in the commit's metadata. Concurrent acks share one
-  commit (a group commit: the handler acks a batch with up to 64 acks in flight; measured,
-  one commit per fetched batch of 256, not one per message). ack returns once the commit is
-  confirmed; a commit that fails raises ``TimeoutError`` (the message is settled locally
-  and the next commit carries it; if none happens it is redelivered: at-least-once).
-- ``nak(delay)`` and the ack deadline: the subscription keeps every delivered, unsettled
-  record in memory (at most ``max_ack_pending``; it stops reading the partition while
-  full) and hands it out again, with ``attempt + 1``, once ``delay`` (nak) or ``ack_wait``
-  (never settled) has passed. Chosen over seeking the consumer back to the lowest unacked
-  offset: a seek re-reads (and would redeliver or have to filter) every later record,
-  acked or in flight, and a nak of one record would rewind the whole partition. Records
-  are immutable, so a copy in memory is the record. Deadlines are acted on when somebody
-  fetches (as on NATS and in the memory adapter).
+- ``ack(deliveries)`` settles their offsets and commits the lowest unsettled offset (every
+  offset below it is settled), with the settlements in the commit's metadata: one commit
+  per bulk ack. It returns once the commit is confirmed; a commit that fails raises
+  ``BrokerUnavailableError`` (the records are settled locally and the next commit carries
+  them; if none happens they are redelivered: at-least-once).
+- the ack deadline: the subscription keeps every delivered, unsettled record in memory (at
+  most ``max_ack_pending``; it stops reading the partition while full) and hands it out
+  again, with ``attempt + 1``, once ``ack_wait`` has passed without a settlement or a
+  ``keep_alive``. Chosen over seeking the consumer back to the lowest unacked offset: a
+  seek re-reads (and would redeliver or have to filter) every later record, acked or in
+  flight. Records are immutable, so a copy in memory is the record. Deadlines are acted on
+  when somebody fetches (as on NATS and in the memory adapter).
 - ``dead_letter()`` and ``max_deliver``: the record is copied to the dead-letter topic, then
   settled (so the commit moves past it), then the hook runs.
 - delivery counts are committed too (with ``track_deliveries``, on every non-empty fetch),
@@ -70,16 +68,17 @@ class _Entry:
     offset: int
     envelope: Envelope
     attempt: int
-    token: int = 0  # changes on every delivery, nak and expiry: stale settlements are no-ops
+    token: int = 0  # changes on every delivery and expiry: stale settlements are no-ops
     inflight: bool = False
-    busy: bool = False  # term() is copying it to the dead-letter topic
+    busy: bool = False  # dead_letter() is copying it to the dead-letter topic
     due: float = 0.0  # in flight: the ack deadline; waiting: when it is ready again
 
 
 class KafkaDelivery:
-    """One fetched record. ack/nak/term: the first call wins, later calls are no-ops (a
-    repeated ack retries a commit that failed). Settling a delivery that expired or was
-    redelivered since (a stale one) is a no-op, as in the memory adapter."""
+    """One fetched record, settled by the subscription's bulk ``ack`` or by
+    ``dead_letter``: the first settlement wins, later ones are no-ops. Settling a delivery
+    that expired or was redelivered since (a stale one) is a no-op, as in the memory
+    adapter."""
 
     __slots__ = ("_attempt", "_entry", "_settled", "_sub", "_token")
 
@@ -103,23 +102,9 @@ class KafkaDelivery:
         """The record's offset."""
         return self._entry.offset
 
-    async def ack(self) -> None:
-        """Settle and commit; ``TimeoutError`` when the commit was not confirmed."""
-        if not self._settled:
-            self._settled = True
-            self._sub._ack(self._entry, self._token)
-        await self._sub._sync()
-
-    async def nak(self, delay: float = 0.0) -> None:
-        """Hand the record out again after ``delay`` seconds (at once when 0)."""
-        await anyio.lowlevel.checkpoint()
-        if not self._settled:
-            self._settled = True
-            self._sub._nak(self._entry, self._token, delay)
-
     async def dead_letter(self) -> None:
         """Copy to the dead-letter topic, settle, commit, run the hook. ``PublishError``
-        when the copy was not confirmed (then nothing changed: term may be retried)."""
+        when the copy was not confirmed (then nothing changed: it may be retried)."""
         if self._settled:
             await anyio.lowlevel.checkpoint()
             return
@@ -232,7 +217,7 @@ class KafkaSubscription:
         return records
 
     def _poke(self) -> None:
-        """Wake a fetch that waits (a nak made something ready sooner)."""
+        """Wake a fetch that waits (the subscription closed)."""
         if self._wake is not None:
             self._wake.cancel()
 
@@ -403,15 +388,6 @@ class KafkaSubscription:
     def _ack(self, entry: _Entry, token: int) -> None:
         if self._holds(entry, token):
             self._settle(entry)
-
-    def _nak(self, entry: _Entry, token: int, delay: float) -> None:
-        if not self._holds(entry, token):
-            return
-        entry.inflight = False
-        entry.token += 1
-        entry.due = anyio.current_time() + max(delay, 0.0)
-        heapq.heappush(self._timed, (entry.due, entry.offset, entry.token))
-        self._poke()
 
     async def _term(self, entry: _Entry, token: int) -> None:
         if not self._holds(entry, token):

@@ -7,9 +7,9 @@ one durable consumer per partition on NATS):
   ``duplicate_window`` seconds ago (then it is silently confirmed, not stored again);
 - ``fetch`` hands out the oldest ready messages (by publish order) and starts their ack
   timer; a delivery not settled within ``ack_wait`` becomes ready again with
-  ``attempt + 1``; ``nak(delay)`` makes it ready after ``delay``;
-- a message that comes due again after its ``max_deliver``-th delivery, and a ``term``-ed
-  one, is removed and handed to the dead-letter hook;
+  ``attempt + 1``;
+- a message that comes due again after its ``max_deliver``-th delivery, and a
+  dead-lettered one, is removed and handed to the dead-letter hook;
 - ``backlog`` counts stored messages not yet acked (ready, delayed and in flight);
 - a message's ``position`` is its seq: one counter over every partition, so positions of
   one partition grow with publish order but have gaps (as NATS stream sequences do).
@@ -159,7 +159,7 @@ class InMemoryTransport(Lifecycle):
             _, seq, token = heapq.heappop(q.timed)
             entry = q.entries.get(seq)
             if entry is None or entry.token != token:
-                continue  # settled, or superseded by a later nak
+                continue  # settled, or delivered again since
             if entry.inflight and entry.due > now:  # kept alive since
                 heapq.heappush(q.timed, (entry.due, seq, token))
                 continue
@@ -202,15 +202,6 @@ class InMemoryTransport(Lifecycle):
         if entry is not None and entry.token == token and entry.inflight:
             entry.due = anyio.current_time() + self.ack_wait
 
-    def _nak(self, partition: Partition, seq: int, token: int, delay: float) -> None:
-        q = self._queue(partition)
-        entry = q.entries.get(seq)
-        if entry is None or entry.token != token or not entry.inflight:
-            return
-        entry.token += 1
-        heapq.heappush(q.timed, (anyio.current_time() + max(delay, 0.0), seq, entry.token))
-        q.notify()
-
     async def _dead(self, envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
         self._dead_letters += 1
         try:
@@ -248,16 +239,6 @@ class _Delivery:
     def _first(self) -> bool:
         first, self._settled = not self._settled, True
         return first
-
-    async def ack(self) -> None:
-        await anyio.lowlevel.checkpoint()
-        if self._first():
-            self._t._settle(self._partition, self._seq, self._token)
-
-    async def nak(self, delay: float = 0.0) -> None:
-        await anyio.lowlevel.checkpoint()
-        if self._first():
-            self._t._nak(self._partition, self._seq, self._token, delay)
 
     async def dead_letter(self) -> None:
         await anyio.lowlevel.checkpoint()

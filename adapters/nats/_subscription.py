@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 
@@ -40,11 +39,11 @@ _UNCONFIRMED = (
 
 
 class NatsDelivery:
-    """One fetched message. ack/nak/dead_letter are confirmed by the server (a request to the
-    message's ack subject, answered once the server processed it) and bounded by
-    ``request_timeout``. The first call that succeeds wins; later calls are no-ops.
+    """One fetched message, settled by the subscription's bulk ``ack`` or by ``dead_letter``
+    (a request to the message's ack subject, answered once the server processed it, bounded
+    by ``request_timeout``). The first settlement that succeeds wins; later ones are no-ops.
 
-    A settlement the server did not confirm raises ``TimeoutError``: after
+    A settlement the server did not confirm raises ``BrokerUnavailableError``: after
     ``request_timeout``, or at once while the connection is down (the settlement is then
     still queued and sent on reconnect). It may or may not have taken effect; the
     delivery stays unsettled, so it may be retried (the server answers a repeated or late
@@ -97,16 +96,6 @@ class NatsDelivery:
         """The stream sequence."""
         return self._position
 
-    async def ack(self) -> None:
-        await self._settle(_ACK)
-
-    async def nak(self, delay: float = 0.0) -> None:
-        """Redeliver after ``delay`` seconds (at once when 0)."""
-        payload = _NAK
-        if delay > 0:
-            payload += b" " + json.dumps({"delay": int(delay * 1e9)}).encode()
-        await self._settle(payload)
-
     async def dead_letter(self) -> None:
         """Copy the message to the dead-letter stream, terminate it, then run the hook."""
         if self._settled:
@@ -136,16 +125,6 @@ class NatsDelivery:
     def reply(self) -> str | None:
         """The ack subject while unsettled (for in-progress acks), else None."""
         return None if self._settled else self._reply or None
-
-    async def _settle(self, payload: bytes) -> None:
-        if self._settled:
-            return
-        self._settled = True  # no await since the check: concurrent calls see it
-        try:
-            await self._request(payload)
-        except BaseException:
-            self._settled = False
-            raise
 
     async def _request(self, payload: bytes) -> None:
         reply = self._reply

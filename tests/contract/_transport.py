@@ -37,7 +37,6 @@ LIMIT = 15.0  # seconds any single check may take
 class Features:
     persistent: bool = False  # stored messages survive a server crash (kill -9) + restart
     redelivery_after_ack_wait: bool = True  # an unsettled delivery comes back after ack_wait
-    nak_delay: bool = True  # nak(delay) redelivers after about delay
     dead_letter_after_max_deliver: bool = True
 
 
@@ -138,8 +137,7 @@ class TransportContract:
         got = await fetch_n(sub, 3)
         assert sorted((d.envelope for d in got), key=str) == sorted(sent, key=str)
         assert [d.attempt for d in got] == [1, 1, 1]
-        for d in got:
-            await d.ack()
+        await sub.ack(got)
         await fetch_none(sub, 0.3)
         await sub.close()
 
@@ -151,8 +149,7 @@ class TransportContract:
         sub = await transport.open(0, "h1")
         got = await fetch_n(sub, 30)
         assert [d.envelope.message_id for d in got] == [e.message_id for e in sent]
-        for d in got:
-            await d.ack()
+        await sub.ack(got)
 
     async def test_fetch_returns_empty_when_nothing_arrives_in_timeout(
         self, transport: ClosableTransport
@@ -181,7 +178,7 @@ class TransportContract:
         sub = await transport.open(2, "h1")
         (d,) = await fetch_n(sub, 1)
         assert d.envelope == e
-        await d.ack()
+        await sub.ack([d])
         await fetch_none(sub, 0.5)
         assert await transport.backlog(2) == 0
 
@@ -205,7 +202,7 @@ class TransportContract:
         (back,) = await fetch_n(again, 1, limit=ACK_WAIT + 5)
         assert back.envelope == got[0].envelope and back.position == got[0].position
         assert again.log_id == sub.log_id != "", "one log, whichever subscription reads it"
-        await back.ack()
+        await again.ack([back])
 
     async def test_acked_below_covers_exactly_the_acked_prefix(
         self, transport: ClosableTransport
@@ -244,23 +241,7 @@ class TransportContract:
         (second,) = await fetch_n(sub, 1, limit=ACK_WAIT + 5)
         assert anyio.current_time() - start >= ACK_WAIT * 0.7
         assert (second.envelope, second.attempt) == (e, 2)
-        await second.ack()
-
-    async def test_redelivers_after_about_delay_when_nakked(
-        self, transport: ClosableTransport
-    ) -> None:
-        if not self.features.nak_delay:
-            pytest.skip("adapter has no nak delay")
-        e = envelope(0)
-        await transport.publish([e])
-        sub = await transport.open(0, "h1")
-        (first,) = await fetch_n(sub, 1)
-        start = anyio.current_time()
-        await first.nak(delay=0.6)
-        (again,) = await fetch_n(sub, 1, limit=5)
-        assert anyio.current_time() - start >= 0.4
-        assert (again.envelope, again.attempt) == (e, 2)
-        await again.ack()
+        await sub.ack([second])
 
     async def test_settling_again_is_a_no_op_when_already_acked(
         self, transport: ClosableTransport, dead: DeadLetterLog
@@ -268,9 +249,8 @@ class TransportContract:
         await transport.publish([envelope(0)])
         sub = await transport.open(0, "h1")
         (d,) = await fetch_n(sub, 1)
-        await d.ack()
-        await d.ack()
-        await d.nak()
+        await sub.ack([d])
+        await sub.ack([d])
         await d.dead_letter()
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert dead.items == []
@@ -319,7 +299,7 @@ class TransportContract:
         (d,) = await fetch_n(sub, 1)
         await d.dead_letter()
         await d.dead_letter()
-        await d.ack()
+        await sub.ack([d])
         assert dead.items == [(e, "unprocessable", 1)]
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert await transport.backlog(0) == 0
@@ -343,7 +323,7 @@ class TransportContract:
         await transport.publish([other])  # the partition keeps working
         (d,) = await fetch_n(sub, 1)
         assert d.envelope == other
-        await d.ack()
+        await sub.ack([d])
 
     # -- partitions and subscriptions ----------------------------------------------------
 
@@ -371,7 +351,7 @@ class TransportContract:
         await transport.publish(sent)
         old = await transport.open(4, "h1")
         got = await fetch_n(old, 3)
-        await got[0].ack()
+        await old.ack(got[:1])
         await old.close()
         await old.close()
         with pytest.raises(anyio.ClosedResourceError):
@@ -380,8 +360,7 @@ class TransportContract:
         again = await fetch_n(new, 2, limit=ACK_WAIT + 10)
         assert {d.envelope for d in again} == set(sent[1:])
         assert all(d.attempt == 2 for d in again)
-        for d in again:
-            await d.ack()
+        await new.ack(again)
         await fetch_none(new, 0.3)
 
     async def test_backlog_counts_stored_unacked_messages(
@@ -396,8 +375,7 @@ class TransportContract:
         assert await transport.backlog(5) == 6
         got = await fetch_n(sub, 6)
         assert await transport.backlog(5) == 6  # delivered but not acked
-        for d in got[:4]:
-            await d.ack()
+        await sub.ack(got[:4])
         assert await transport.backlog(5) == 2
         assert await transport.backlog(6) == 1
 
@@ -414,6 +392,5 @@ class TransportContract:
         sub = await transport.open(7, "h1")
         got = await fetch_n(sub, 50, limit=30)
         assert [d.envelope for d in got] == sent
-        for d in got:
-            await d.ack()
+        await sub.ack(got)
         assert await transport.backlog(7) == 0
