@@ -16,6 +16,7 @@ from typing import Protocol
 from core.coordination import Hold
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
+from core.retry import DeadLetterReason
 from core.table import Commit, LandedFile, StoredFile, TableState
 
 __all__ = [
@@ -202,8 +203,8 @@ class ProjectRegistry(Protocol):
 class Delivery(Protocol):
     """One message handed to a consumer. It is settled by ``Subscription.ack`` (in bulk) or
     by ``dead_letter``; one left unsettled past the ack wait (or when its subscription
-    closes) is redelivered with the next ``attempt``: that is the only retry, so a consumer
-    never asks for one."""
+    closes) is redelivered with the next ``attempt``, without bound: the consumer applies
+    the retry budget (``core.retry.deliveries_exhausted``) and dead-letters."""
 
     @property
     def envelope(self) -> Envelope: ...
@@ -220,11 +221,11 @@ class Delivery(Protocol):
         partition. The landed table settles messages by it."""
         ...
 
-    async def dead_letter(self) -> None:
-        """The message cannot be processed: store it on the dead-letter path (reason
-        ``unprocessable``) and never redeliver it. Idempotent, and a no-op once the delivery
-        was settled. ``PublishError`` or ``BrokerUnavailableError`` when the broker did not
-        confirm (then nothing changed: it may be retried, or it is redelivered)."""
+    async def dead_letter(self, reason: DeadLetterReason) -> None:
+        """Store the message on the dead-letter path with ``reason`` and never redeliver
+        it. Idempotent, and a no-op once the delivery was settled. ``PublishError`` or
+        ``BrokerUnavailableError`` when the broker did not confirm (then nothing changed:
+        it may be retried, or it is redelivered)."""
         ...
 
 

@@ -6,7 +6,7 @@ partition number as on NATS; the producer's partitioner is ``partition_for`` for
 sent without one). Envelope fields in headers, key the project id, value the payload
 (``_codec``). A subscription ``assign()``s its partition and commits offsets under the
 group ``shoal.{group}`` without joining it; per-record settlement (bulk ack, dead_letter),
-ack deadlines, max_deliver and delivery counts are emulated on top (``_subscription``,
+ack deadlines and delivery counts are emulated on top (``_subscription``,
 ``_settlements``).
 Dead letters go to ``shoal.dlq`` (``_dead_letter``), registration replies to ``shoal.reg``.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.

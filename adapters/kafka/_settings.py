@@ -70,7 +70,6 @@ class KafkaSettings(BaseSettings):
         gt=0,
         description="seconds a delivery may stay unsettled (handlers keep buffered ones alive)",
     )
-    max_deliver: int = Field(default=10, ge=1)
     max_ack_pending: int = Field(
         default=20_000,
         ge=1,
@@ -85,8 +84,8 @@ class KafkaSettings(BaseSettings):
     )
     track_deliveries: bool = Field(
         default=True,
-        description="commit delivery counts on every fetch, so max_deliver holds across "
-        "handler crashes (one offset commit per non-empty fetch)",
+        description="commit delivery counts on every fetch, so the retry budget holds "
+        "across handler crashes (one offset commit per non-empty fetch)",
     )
 
     # timeouts (seconds)

@@ -13,9 +13,10 @@ by one, in any order. The settlements bridges the two:
 The whole settlements is committed with the offset, in the commit's metadata string (JSON,
 offsets relative to ``base``), so the next subscriber of the partition (a handoff, or a
 restart after a crash) skips what was acked out of order and keeps counting deliveries
-toward max_deliver. The broker caps metadata at ``offset.metadata.max.bytes`` (4096 by
-default); a settlements too big for ``limit`` drops the out-of-order acks first (those
-messages are then redelivered: at-least-once still holds), then the highest counts.
+(the attempts the consumer's retry budget counts). The broker caps metadata at
+``offset.metadata.max.bytes`` (4096 by default); a settlements too big for ``limit`` drops
+the out-of-order acks first (those messages are then redelivered: at-least-once still
+holds), then the highest counts.
 """
 
 from __future__ import annotations

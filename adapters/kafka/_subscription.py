@@ -16,12 +16,13 @@ committed offset, and emulates the port's per-message semantics on top (the ``Se
   seek re-reads (and would redeliver or have to filter) every later record, acked or in
   flight. Records are immutable, so a copy in memory is the record. Deadlines are acted on
   when somebody fetches (as on NATS and in the memory adapter).
-- ``dead_letter()`` and ``max_deliver``: the record is copied to the dead-letter topic, then
-  settled (so the commit moves past it), then the hook runs.
+- ``dead_letter(reason)``: the record is copied to the dead-letter topic, then settled (so
+  the commit moves past it), then the hook runs.
 - delivery counts are committed too (with ``track_deliveries``, on every non-empty fetch),
   so a subscriber that takes the partition over (a handoff, a restart after a crash)
   delivers the records handed out before with ``attempt`` 2 and up, and a record that
-  crashes its handler reaches ``max_deliver`` instead of looping forever.
+  crashes its handler runs out of the consumer's retry budget (``core.retry``) instead of
+  looping forever. The subscription itself redelivers without bound.
 - duplicates: Kafka has no message-id de-duplication. A record whose message id was seen
   at another offset of this partition within ``duplicate_window`` (by record timestamps;
   the last ``duplicate_cache`` ids) is settled without being delivered. The transport
@@ -45,16 +46,16 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from adapters._dead_letter import DeadLetterReason
 from adapters.kafka._aiokafka import ConsumerStoppedError, KafkaError, stop_quietly
 from adapters.kafka._codec import decode
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
-from core.errors import BrokerUnavailableError, PublishError
+from core.errors import BrokerUnavailableError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
+from core.retry import DeadLetterReason
 
 __all__ = ["KafkaDelivery", "KafkaSubscription"]
 
@@ -102,7 +103,7 @@ class KafkaDelivery:
         """The record's offset."""
         return self._entry.offset
 
-    async def dead_letter(self) -> None:
+    async def dead_letter(self, reason: DeadLetterReason) -> None:
         """Copy to the dead-letter topic, settle, commit, run the hook. ``PublishError``
         when the copy was not confirmed (then nothing changed: it may be retried)."""
         if self._settled:
@@ -110,7 +111,7 @@ class KafkaDelivery:
             return
         self._settled = True
         try:
-            await self._sub._term(self._entry, self._token)
+            await self._sub._dead_letter(self._entry, self._token, reason)
         except BaseException:
             self._settled = False
             raise
@@ -171,12 +172,12 @@ class KafkaSubscription:
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
-            await self._expire()
+            self._expire()
             out = self._take_ready(max_messages)
             room = min(max_messages - len(out), self._s.max_ack_pending - len(self._entries))
             if room > 0:
                 wait = 0.0 if out else self._wake_at(deadline) - anyio.current_time()
-                out.extend(await self._admit(await self._read(room, wait)))
+                out.extend(self._admit(await self._read(room, wait)))
             elif not out:
                 await self._sleep(self._wake_at(deadline) - anyio.current_time())
             if out:
@@ -221,9 +222,9 @@ class KafkaSubscription:
         if self._wake is not None:
             self._wake.cancel()
 
-    async def _admit(self, records: list[Any]) -> list[Delivery]:
-        """Deliver fresh records: skip settled offsets and duplicates, dead-letter those
-        already delivered max_deliver times (by an earlier subscriber)."""
+    def _admit(self, records: list[Any]) -> list[Delivery]:
+        """Deliver fresh records: skip settled offsets and duplicates; a record delivered
+        before (by an earlier subscriber) comes with its next attempt."""
         settlements = self._settlements
         out: list[Delivery] = []
         now = anyio.current_time()
@@ -249,12 +250,6 @@ class KafkaSubscription:
             if self._duplicate(envelope.message_id, o, int(r.timestamp or 0)):
                 settlements.settle(o)
                 self._version += 1
-                continue
-            prior = settlements.count(o)
-            if prior >= self._s.max_deliver:
-                entry = _Entry(o, envelope, prior, busy=True)
-                self._entries[o] = entry
-                await self._dead_letter(entry, "max_deliver")
                 continue
             attempt = settlements.delivered(o)
             if self._s.track_deliveries:
@@ -282,10 +277,9 @@ class KafkaSubscription:
             self._recent.popitem(last=False)
         return False
 
-    async def _expire(self) -> None:
-        """Act on every deadline passed: ready again, or dead after max_deliver."""
+    def _expire(self) -> None:
+        """Act on every deadline passed: the record is ready again."""
         now = anyio.current_time()
-        dead: list[_Entry] = []
         while self._timed and self._timed[0][0] <= now:
             _, o, token = heapq.heappop(self._timed)
             entry = self._entries.get(o)
@@ -296,13 +290,7 @@ class KafkaSubscription:
                 continue
             entry.inflight = False
             entry.token += 1
-            if self._settlements.count(o) >= self._s.max_deliver:
-                entry.busy = True
-                dead.append(entry)
-            else:
-                heapq.heappush(self._ready, o)
-        for entry in dead:
-            await self._dead_letter(entry, "max_deliver")
+            heapq.heappush(self._ready, o)
 
     def _take_ready(self, n: int) -> list[Delivery]:
         out: list[Delivery] = []
@@ -321,23 +309,6 @@ class KafkaSubscription:
             heapq.heappush(self._timed, (entry.due, o, entry.token))
             out.append(KafkaDelivery(self, entry))
         return out
-
-    async def _dead_letter(self, entry: _Entry, reason: DeadLetterReason) -> None:
-        """Copy a record out of deliveries to the dead-letter topic and settle it; when the
-        copy fails, try again after ack_wait."""
-        attempts = self._settlements.count(entry.offset)
-        source = f"{self._s.topic}/{self.partition}/{entry.offset}"
-        try:
-            await self._dead.store(entry.envelope, reason, attempts, source)
-        except PublishError as exc:
-            log.error("partition %d: %s; retried after ack_wait", self.partition, exc)
-            entry.busy = False
-            entry.token += 1
-            entry.due = anyio.current_time() + self._s.ack_wait
-            heapq.heappush(self._timed, (entry.due, entry.offset, entry.token))
-            return
-        self._settle(entry)
-        await self._dead.notify(entry.envelope, reason, attempts)
 
     # -- settlement --------------------------------------------------------------------
 
@@ -389,7 +360,7 @@ class KafkaSubscription:
         if self._holds(entry, token):
             self._settle(entry)
 
-    async def _term(self, entry: _Entry, token: int) -> None:
+    async def _dead_letter(self, entry: _Entry, token: int, reason: DeadLetterReason) -> None:
         if not self._holds(entry, token):
             await anyio.lowlevel.checkpoint()
             return
@@ -397,7 +368,7 @@ class KafkaSubscription:
         attempts = entry.attempt
         source = f"{self._s.topic}/{self.partition}/{entry.offset}"
         try:
-            await self._dead.store(entry.envelope, "unprocessable", attempts, source)
+            await self._dead.store(entry.envelope, reason, attempts, source)
         except BaseException:
             entry.busy = False
             if entry.due <= anyio.current_time():  # its deadline passed while busy
@@ -407,8 +378,10 @@ class KafkaSubscription:
         try:
             await self._sync()
         except TimeoutError as exc:
-            log.warning("partition %d: commit after term not confirmed: %s", self.partition, exc)
-        await self._dead.notify(entry.envelope, "unprocessable", attempts)
+            log.warning(
+                "partition %d: commit after a dead letter not confirmed: %s", self.partition, exc
+            )
+        await self._dead.notify(entry.envelope, reason, attempts)
 
     # -- commits -----------------------------------------------------------------------
 

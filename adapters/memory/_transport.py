@@ -8,8 +8,8 @@ one durable consumer per partition on NATS):
 - ``fetch`` hands out the oldest ready messages (by publish order) and starts their ack
   timer; a delivery not settled within ``ack_wait`` becomes ready again with
   ``attempt + 1``;
-- a message that comes due again after its ``max_deliver``-th delivery, and a
-  dead-lettered one, is removed and handed to the dead-letter hook;
+- a dead-lettered message is removed and handed to the dead-letter hook (redelivery has
+  no bound: the consumer applies the retry budget, ``core.retry``);
 - ``backlog`` counts stored messages not yet acked (ready, delayed and in flight);
 - a message's ``position`` is its seq: one counter over every partition, so positions of
   one partition grow with publish order but have gaps (as NATS stream sequences do).
@@ -76,14 +76,12 @@ class InMemoryTransport(Lifecycle):
         self,
         *,
         ack_wait: float = 5.0,
-        max_deliver: int = 10,
         duplicate_window: float = 120.0,
         dead_letter: DeadLetterHook | None = None,
     ) -> None:
-        if ack_wait <= 0 or duplicate_window < 0 or max_deliver < 1:
-            raise ValueError("need ack_wait > 0, duplicate_window >= 0, max_deliver >= 1")
+        if ack_wait <= 0 or duplicate_window < 0:
+            raise ValueError("need ack_wait > 0 and duplicate_window >= 0")
         self.ack_wait = ack_wait
-        self.max_deliver = max_deliver
         self.duplicate_window = duplicate_window
         self._hook = dead_letter or log_dead_letter
         self._queues: dict[Partition, _Queue] = {}
@@ -133,7 +131,8 @@ class InMemoryTransport(Lifecycle):
         return _Subscription(self, partition, consumer_id)
 
     async def backlog(self, partition: Partition) -> int:
-        await self._expire(partition)
+        await anyio.lowlevel.checkpoint()
+        self._expire(partition)
         return len(self._queue(partition).entries)
 
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
@@ -150,11 +149,10 @@ class InMemoryTransport(Lifecycle):
             q = self._queues[partition] = _Queue()
         return q
 
-    async def _expire(self, partition: Partition) -> None:
-        """Act on every deadline passed: ready again, or dead after max_deliver."""
+    def _expire(self, partition: Partition) -> None:
+        """Act on every deadline passed: the message is ready again."""
         q = self._queue(partition)
         now = anyio.current_time()
-        dead: list[_Entry] = []
         while q.timed and q.timed[0][0] <= now:
             _, seq, token = heapq.heappop(q.timed)
             entry = q.entries.get(seq)
@@ -165,13 +163,7 @@ class InMemoryTransport(Lifecycle):
                 continue
             entry.inflight = False
             entry.token += 1
-            if entry.deliveries >= self.max_deliver:
-                del q.entries[seq]
-                dead.append(entry)
-            else:
-                heapq.heappush(q.ready, seq)
-        for entry in dead:
-            await self._dead(entry.envelope, "max_deliver", entry.deliveries)
+            heapq.heappush(q.ready, seq)
 
     def _take(self, partition: Partition, max_messages: int) -> list[_Delivery]:
         q = self._queue(partition)
@@ -240,12 +232,12 @@ class _Delivery:
         first, self._settled = not self._settled, True
         return first
 
-    async def dead_letter(self) -> None:
+    async def dead_letter(self, reason: DeadLetterReason) -> None:
         await anyio.lowlevel.checkpoint()
         if self._first():
             entry = self._t._settle(self._partition, self._seq, self._token)
             if entry is not None:
-                await self._t._dead(entry.envelope, "unprocessable", self._attempt)
+                await self._t._dead(entry.envelope, reason, self._attempt)
 
 
 class _Subscription:
@@ -268,7 +260,7 @@ class _Subscription:
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
-            await self._t._expire(self.partition)
+            self._t._expire(self.partition)
             got = self._t._take(self.partition, max_messages)
             if got:
                 return got

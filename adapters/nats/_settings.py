@@ -44,7 +44,6 @@ class NatsSettings(BaseSettings):
         gt=0,
         description="limits retention: how long a message is kept, consumed or not",
     )
-    max_deliver: int = Field(default=10, ge=1)
     ack_wait: float = Field(
         default=30.0,
         gt=0,

@@ -67,10 +67,6 @@ class Subjects:
     def dead_letter_subjects(self) -> list[str]:
         return [f"{self.dead_letter_prefix}.>"]
 
-    @staticmethod
-    def max_deliveries_advisory(stream: str) -> str:
-        return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"
-
     def parse(self, subject: str) -> ParsedSubject | None:
         """Partition, project and kind of a work-stream subject; None if it is not one."""
         head = self.prefix + "."

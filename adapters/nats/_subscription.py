@@ -21,6 +21,7 @@ from core.errors import BrokerUnavailableError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
+from core.retry import DeadLetterReason
 
 __all__ = ["GroupFlush", "NatsDelivery", "NatsSubscription"]
 
@@ -96,18 +97,18 @@ class NatsDelivery:
         """The stream sequence."""
         return self._position
 
-    async def dead_letter(self) -> None:
+    async def dead_letter(self, reason: DeadLetterReason) -> None:
         """Copy the message to the dead-letter stream, terminate it, then run the hook."""
         if self._settled:
             return
         self._settled = True
         try:
-            await self._dead.store(self._envelope, "unprocessable", self._attempt)
+            await self._dead.store(self._envelope, reason, self._attempt)
             await self._request(_TERM)
         except BaseException:
             self._settled = False
             raise
-        await self._dead.notify(self._envelope, "unprocessable", self._attempt)
+        await self._dead.notify(self._envelope, reason, self._attempt)
 
     def claim_ack(self) -> str | None:
         """Mark settled for a bulk ack; the ack subject to publish to, or None when this

@@ -92,7 +92,6 @@ class NatsTransport(Lifecycle):
         self._flusher = GroupFlush(self._nc, s.request_timeout)
         await self._ensure_stream(self._stream_config())
         await self._ensure_stream(self._dead.stream_config())
-        await self._dead.start()
 
     async def _disconnect(self) -> None:
         """Stop listening, flush what is buffered (bounded by ``close_timeout``), close.
@@ -101,7 +100,7 @@ class NatsTransport(Lifecycle):
         "processed", which never happens, and a drain cut short leaks subscription tasks.
         publish() and settlements are confirmed before they return; a flush is enough.
         """
-        nc, dead = self._nc, self._dead
+        nc = self._nc
         self._nc, self._js, self._dead, self._flusher = None, None, None, None
         if nc is None or nc.is_closed:
             return
@@ -110,8 +109,6 @@ class NatsTransport(Lifecycle):
             await sub.close()
         with anyio.move_on_after(self.settings.close_timeout):
             try:
-                if dead is not None:
-                    await dead.stop()
                 if nc.is_connected:
                     await nc.flush(timeout=max(1, round(self.settings.close_timeout)))
             except (nats.errors.Error, TimeoutError) as exc:
@@ -236,7 +233,7 @@ class NatsTransport(Lifecycle):
             deliver_policy=js_api.DeliverPolicy.ALL,
             ack_policy=js_api.AckPolicy.EXPLICIT,
             ack_wait=s.ack_wait,
-            max_deliver=s.max_deliver,
+            max_deliver=-1,  # unbounded: the consumer applies the retry budget (core.retry)
             max_ack_pending=s.max_ack_pending,
         )
         await js.add_consumer(s.stream, config, timeout=s.request_timeout)
@@ -264,8 +261,7 @@ class NatsTransport(Lifecycle):
 
     async def backlog(self, partition: Partition) -> int:
         """The consumer's pending plus unacked messages; before the consumer exists, the
-        stream's message count on the partition's subjects. Messages past max_deliver
-        are not counted (they are moved to the dead-letter stream). Raises
+        stream's message count on the partition's subjects. Raises
         ``BrokerUnavailableError`` when JetStream does not answer."""
         try:
             return await self._backlog(partition)

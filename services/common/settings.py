@@ -81,6 +81,9 @@ class HandlerSettings(BaseSettings):
         description="the landing zone: a directory, or s3://bucket/prefix (SHOAL_S3_* / AWS_*)",
     )
     fetch_batch: int = Field(default=500, ge=1, le=10_000)
+    # The retry budget: a message that comes back after this many deliveries that never
+    # landed it (it crashed or stalled every handler it reached) is dead-lettered.
+    max_deliver: int = Field(default=10, ge=1)
     fetch_timeout: float = Field(default=0.5, gt=0)
     drain_timeout: float = Field(default=8.0, gt=0)
     # Backoff after a failed write or partition worker: retry_delay, doubling to retry_cap.

@@ -40,7 +40,7 @@ from core.ports import (
     Subscription,
     Transport,
 )
-from core.retry import retry_delay
+from core.retry import DeadLetterReason, deliveries_exhausted, retry_delay
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
@@ -349,8 +349,9 @@ class Handler:
         self, ownership: _Ownership, subscription: Subscription, deliveries: Sequence[Delivery]
     ) -> None:
         """Sort a fetched batch: data rows go to the lander, announcements register their
-        project, and a message that cannot be processed is dead-lettered at once (the
-        only reason a message is dead-lettered here)."""
+        project; a message that came back after ``max_deliver`` unsettled deliveries, or
+        that cannot be processed, is dead-lettered at once (the transports only count and
+        redeliver: this is the one retry budget)."""
         partition = ownership.partition
         self._metrics.delivered.inc(len(deliveries))
         rows: list[LandedRow] = []
@@ -361,13 +362,20 @@ class Handler:
             if delivery.attempt > 1:
                 self._metrics.redelivered.inc()
             envelope = delivery.envelope
-            problem = unprocessable(envelope, partition)
-            if problem is not None:
+            given_up = self._give_up(delivery, partition)
+            if given_up is not None:
+                reason, why = given_up
                 log.error(
-                    "message cannot be processed; dead-lettered",
-                    extra=fields(partition=partition, message=envelope.message_id, problem=problem),
+                    "message dead-lettered",
+                    extra=fields(
+                        partition=partition,
+                        message=envelope.message_id,
+                        reason=reason,
+                        why=why,
+                        attempt=delivery.attempt,
+                    ),
                 )
-                await delivery.dead_letter()
+                await delivery.dead_letter(reason)
                 self._metrics.dead_lettered.inc()
                 continue
             held.append(delivery)
@@ -377,6 +385,15 @@ class Handler:
                 rows.append(LandedRow(envelope, ownership.generation, self._id, now))
                 self._project_seen[envelope.project_id] = seen_at
         self._lander.add(partition, subscription, held, rows)
+
+    def _give_up(
+        self, delivery: Delivery, partition: Partition
+    ) -> tuple[DeadLetterReason, str] | None:
+        """Why the delivery goes to the dead letters instead of the lander, if it does."""
+        if deliveries_exhausted(delivery.attempt, self._settings.max_deliver):
+            return "max_deliver", f"back after {delivery.attempt - 1} deliveries never landed it"
+        problem = unprocessable(delivery.envelope, partition)
+        return None if problem is None else ("unprocessable", problem)
 
     def _landed(self, rows: Sequence[LandedRow]) -> None:
         if rows:

@@ -4,8 +4,8 @@ An adapter's test module subclasses ``TransportContract`` and supplies:
 
 - ``features``: what the adapter promises (checks that do not apply are skipped);
 - a ``make_transport`` fixture: a factory ``(dead_letter_hook) -> async context manager``
-  returning a fresh, isolated transport with ack_wait ``ACK_WAIT``, max_deliver
-  ``MAX_DELIVER`` and the default duplicate window;
+  returning a fresh, isolated transport with ack_wait ``ACK_WAIT`` and the default
+  duplicate window;
 - for ``persistent`` adapters, a ``crash_and_restart`` fixture: an async callable that
   kills the server (kill -9) and brings it back with its data.
 
@@ -29,7 +29,7 @@ from core.messages import Envelope, MessageKind
 from core.ports import Delivery, Subscription, Transport
 
 ACK_WAIT = 1.0
-MAX_DELIVER = 2
+REDELIVERIES = 3  # deliveries a test lets expire in a row
 LIMIT = 15.0  # seconds any single check may take
 
 
@@ -37,7 +37,6 @@ LIMIT = 15.0  # seconds any single check may take
 class Features:
     persistent: bool = False  # stored messages survive a server crash (kill -9) + restart
     redelivery_after_ack_wait: bool = True  # an unsettled delivery comes back after ack_wait
-    dead_letter_after_max_deliver: bool = True
 
 
 class DeadLetterLog:
@@ -251,7 +250,7 @@ class TransportContract:
         (d,) = await fetch_n(sub, 1)
         await sub.ack([d])
         await sub.ack([d])
-        await d.dead_letter()
+        await d.dead_letter("unprocessable")
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert dead.items == []
         assert await transport.backlog(0) == 0
@@ -290,35 +289,38 @@ class TransportContract:
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert await transport.backlog(0) == 0
 
-    async def test_term_dead_letters_and_never_redelivers_when_terminated(
+    async def test_dead_letter_stores_it_once_and_never_redelivers(
         self, transport: ClosableTransport, dead: DeadLetterLog
     ) -> None:
         e = envelope(0)
         await transport.publish([e])
         sub = await transport.open(0, "h1")
         (d,) = await fetch_n(sub, 1)
-        await d.dead_letter()
-        await d.dead_letter()
+        await d.dead_letter("unprocessable")
+        await d.dead_letter("unprocessable")
         await sub.ack([d])
         assert dead.items == [(e, "unprocessable", 1)]
         await fetch_none(sub, ACK_WAIT * 1.5)
         assert await transport.backlog(0) == 0
         assert transport.dead_letters == 1
 
-    async def test_dead_letters_when_max_deliver_is_reached(
+    async def test_redelivers_without_bound_counting_attempts_until_the_consumer_gives_up(
         self, transport: ClosableTransport, dead: DeadLetterLog
     ) -> None:
-        if not self.features.dead_letter_after_max_deliver:
-            pytest.skip("adapter has no max_deliver")
+        if not self.features.redelivery_after_ack_wait:
+            pytest.skip("adapter has no per-message ack_wait")
         e, other = envelope(0, sequence=1), envelope(0, sequence=2)
         await transport.publish([e])
         sub = await transport.open(0, "h1")
         attempts: list[int] = []
-        with anyio.fail_after(LIMIT):
-            while not dead.items:  # the broker acts on the deadline while someone fetches
+        with anyio.fail_after(LIMIT + REDELIVERIES * ACK_WAIT):
+            while len(attempts) <= REDELIVERIES:  # each delivery left to expire
                 attempts.extend(d.attempt for d in await sub.fetch(10, 0.3))
-        assert attempts == list(range(1, MAX_DELIVER + 1))
-        assert dead.items == [(e, "max_deliver", MAX_DELIVER)]
+        assert attempts == list(range(1, REDELIVERIES + 2)), "the transport never gives up"
+        assert dead.items == []
+        (last,) = await fetch_n(sub, 1, limit=ACK_WAIT + 5)
+        await last.dead_letter("max_deliver")  # the consumer's retry budget ran out
+        assert dead.items == [(e, "max_deliver", REDELIVERIES + 2)]
         assert await transport.backlog(0) == 0
         await transport.publish([other])  # the partition keeps working
         (d,) = await fetch_n(sub, 1)

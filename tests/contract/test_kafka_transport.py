@@ -19,7 +19,6 @@ from core.errors import BrokerUnavailableError, PublishError
 from infra.local._testservers import ServerInfo
 from tests.contract._transport import (
     ACK_WAIT,
-    MAX_DELIVER,
     ClosableTransport,
     DeadLetterLog,
     Features,
@@ -112,7 +111,6 @@ class TestKafkaTransport(TransportContract):
             registration_topic=f"t{tag}.reg",
             partitions=PARTITIONS,
             ack_wait=ACK_WAIT,
-            max_deliver=MAX_DELIVER,
             retry_backoff=0.1,
         )
         yield settings
@@ -237,7 +235,9 @@ class TestKafkaTransport(TransportContract):
             while len(dead.items) < 2:
                 for d in await sub.fetch(10, 0.3):
                     if d.envelope == termed:
-                        await d.dead_letter()
+                        await d.dead_letter("unprocessable")
+                    elif d.attempt == 2:  # a consumer whose retry budget is one delivery
+                        await d.dead_letter("max_deliver")
         assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "unprocessable"]
         assert await transport.backlog(0) == 0
         records = await read_topic(settings.bootstrap, settings.dead_letter_topic, 2)
@@ -245,7 +245,7 @@ class TestKafkaTransport(TransportContract):
         r = by_id[doomed.message_id]
         assert r.value == doomed.payload  # type: ignore[attr-defined]
         assert dict(r.headers)["Shoal-Dead-Reason"] == b"max_deliver"  # type: ignore[attr-defined]
-        assert dict(r.headers)["Shoal-Dead-Attempts"] == str(MAX_DELIVER).encode()  # type: ignore[attr-defined]
+        assert dict(r.headers)["Shoal-Dead-Attempts"] == b"2"  # type: ignore[attr-defined]
 
     async def test_reply_registration_is_a_record_on_the_registration_topic(
         self, transport: ClosableTransport, settings: KafkaSettings

@@ -9,7 +9,6 @@ import pytest
 from adapters.memory._transport import InMemoryTransport
 from tests.contract._transport import (
     ACK_WAIT,
-    MAX_DELIVER,
     ClosableTransport,
     DeadLetterLog,
     Features,
@@ -24,7 +23,7 @@ class TestInMemoryTransport(TransportContract):
     @pytest.fixture
     def make_transport(self) -> TransportFactory:
         def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
-            return InMemoryTransport(ack_wait=ACK_WAIT, max_deliver=MAX_DELIVER, dead_letter=dead)
+            return InMemoryTransport(ack_wait=ACK_WAIT, dead_letter=dead)
 
         return make
 

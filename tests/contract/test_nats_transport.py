@@ -18,7 +18,6 @@ from core.errors import PublishError
 from infra.local._testservers import ServerInfo
 from tests.contract._transport import (
     ACK_WAIT,
-    MAX_DELIVER,
     ClosableTransport,
     DeadLetterLog,
     Features,
@@ -42,7 +41,6 @@ class TestNatsTransport(TransportContract):
             dead_letter_stream=f"T{tag}_DLQ",
             dead_letter_prefix=f"t{tag}.dlq",
             ack_wait=ACK_WAIT,
-            max_deliver=MAX_DELIVER,
             reconnect_wait=0.2,
         )
         yield settings
@@ -87,7 +85,7 @@ class TestNatsTransport(TransportContract):
         finally:
             await nc.close()
 
-    async def test_dead_letters_move_to_their_stream_when_terminated_or_out_of_deliveries(
+    async def test_dead_letters_are_copied_to_their_stream_with_their_reason(
         self, transport: ClosableTransport, settings: NatsSettings, dead: DeadLetterLog
     ) -> None:
         doomed, termed = envelope(0, "projA", 1), envelope(0, "projB", 2)
@@ -97,15 +95,16 @@ class TestNatsTransport(TransportContract):
             while len(dead.items) < 2:
                 for d in await sub.fetch(10, 0.3):
                     if d.envelope == termed:
-                        await d.dead_letter()
+                        await d.dead_letter("unprocessable")
+                    elif d.attempt == 2:  # a consumer whose retry budget is one delivery
+                        await d.dead_letter("max_deliver")
         assert sorted(r for _, r, _ in dead.items) == ["max_deliver", "unprocessable"]
         assert await transport.backlog(0) == 0  # neither is pending any more
         nc = await nats.connect(settings.url)
         try:
             js = nc.jetstream()
-            # Limits retention keeps the terminated message (consumed, replayable); the
-            # one out of deliveries is moved, i.e. deleted from the work stream.
-            assert (await js.stream_info(settings.stream)).state.messages == 1
+            # Limits retention keeps terminated messages (consumed, replayable).
+            assert (await js.stream_info(settings.stream)).state.messages == 2
             dlq = await js.stream_info(settings.dead_letter_stream, subjects_filter=">")
             assert dlq.state.subjects == {
                 f"{settings.dead_letter_prefix}.p0.projA": 1,
@@ -117,6 +116,7 @@ class TestNatsTransport(TransportContract):
             assert raw.data == doomed.payload
             assert raw.headers is not None
             assert raw.headers["Shoal-Dead-Reason"] == "max_deliver"
+            assert raw.headers["Shoal-Dead-Attempts"] == "2"
             assert raw.headers["Nats-Msg-Id"] == doomed.message_id
         finally:
             await nc.close()

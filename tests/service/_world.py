@@ -202,10 +202,10 @@ class World:
 
 @asynccontextmanager
 async def world_of(
-    data_dir: Path, *, partitions: int, ack_wait: float = 1.0, max_deliver: int = 10
+    data_dir: Path, *, partitions: int, ack_wait: float = 1.0
 ) -> AsyncIterator[World]:
     async with (
-        InMemoryTransport(ack_wait=ack_wait, max_deliver=max_deliver) as transport,
+        InMemoryTransport(ack_wait=ack_wait) as transport,
         anyio.create_task_group() as tg,
     ):
         yield World(InMemoryCoordination(), transport, data_dir, tg, partitions)

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.anyio
 PARTITIONS = 4
 ACK_WAIT = 1.0
 MAX_DELIVER = 3
+LIMIT = 15.0
 
 
 class FailingSink:
@@ -97,9 +98,7 @@ class StallingSink(ParquetSink):
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with world_of(
-        tmp_path, partitions=PARTITIONS, ack_wait=ACK_WAIT, max_deliver=MAX_DELIVER
-    ) as w:
+    async with world_of(tmp_path, partitions=PARTITIONS, ack_wait=ACK_WAIT) as w:
         yield w
 
 
@@ -112,6 +111,7 @@ async def start(world: World, handler_id: str, sink: Sink) -> None:
         retry_delay=0.1,
         retry_cap=0.4,
         drain_timeout=5.0,
+        max_deliver=MAX_DELIVER,
     )
 
 
@@ -142,6 +142,34 @@ async def test_a_sink_failing_past_max_deliveries_times_ack_wait_loses_and_dead_
     assert metrics.redelivered._value.get() == 0, "kept alive: no message came back"
     assert metrics.sink_failures._value.get() == sink.failures
     assert await world.transport.backlog(partition_for("proj", PARTITIONS)) == 0
+
+
+async def test_a_message_back_after_max_deliver_deliveries_is_dead_lettered_and_the_rest_lands(
+    world: World,
+) -> None:
+    partition = partition_for("proj", PARTITIONS)
+    (poison,) = await world.publish(1)
+    # Handlers that crashed on it: each delivery is left to expire.
+    crashed = await world.transport.open(partition, "crashed")
+    attempts: list[int] = []
+    with anyio.fail_after(LIMIT + MAX_DELIVER * ACK_WAIT):
+        while len(attempts) < MAX_DELIVER:
+            attempts.extend(d.attempt for d in await crashed.fetch(1, ACK_WAIT))
+    await crashed.close()
+    assert attempts == list(range(1, MAX_DELIVER + 1))
+    assert world.transport.dead_letters == 0, "the transport itself never gives up"
+    ids = await world.publish(40)
+    await start(world, "h1", world.parquet())
+    with anyio.fail_after(ACK_WAIT + LIMIT):
+        # The transport's dead-letter count is the point of truth; it offers no event.
+        while world.transport.dead_letters < 1:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    rows = await world.until_landed(ids)
+    _once(rows, ids)
+    assert poison not in {str(r["message_id"]) for r in rows}
+    assert world.transport.dead_letters == 1
+    assert world.metrics["h1"].dead_lettered._value.get() == 1
+    assert await world.transport.backlog(partition) == 0
 
 
 async def test_a_handler_stalled_before_its_rename_past_its_lease_makes_nothing_visible(

@@ -15,7 +15,7 @@ from core.landing import (
     roll_reason,
 )
 from core.messages import PROJECT_ID_PATTERN, Envelope
-from core.retry import retry_delay
+from core.retry import deliveries_exhausted, retry_delay
 
 policies = st.builds(
     RollPolicy,
@@ -167,6 +167,19 @@ def test_retry_delay_grows_and_stays_within_its_bounds(
     delay = retry_delay(failures, base=base, cap=cap)
     assert base <= delay <= cap
     assert retry_delay(failures + 1, base=base, cap=cap) >= delay
+
+
+@given(st.integers(1, 100))
+def test_exactly_the_first_max_deliver_deliveries_are_processed(max_deliver: int) -> None:
+    processed = [
+        a for a in range(1, 3 * max_deliver + 2) if not deliveries_exhausted(a, max_deliver)
+    ]
+    assert processed == list(range(1, max_deliver + 1)), "then every later one is given up"
+
+
+def test_deliveries_exhausted_refuses_a_budget_below_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        deliveries_exhausted(1, 0)
 
 
 def test_retry_delay_refuses_a_cap_below_base() -> None:
