@@ -51,7 +51,7 @@ class StatsBook:
         known = self._by_id.get(member_id)
         if known is not None and offset < known.offset:
             return  # this process already applied a later report of its own
-        if value is None:  # a tombstone (none are written now)
+        if value is None:  # a tombstone (compaction keeps deletes written by older versions)
             self._by_id.pop(member_id, None)
             return
         inc, stats = decode_stats_record(value)

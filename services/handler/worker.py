@@ -446,5 +446,5 @@ class Handler:
 
     async def _watch_members(self) -> None:
         async for members in self._membership.watch():
-            self._members = frozenset(members)
+            self._members = members
             self._coordination.set(self._coordination.value + 1)

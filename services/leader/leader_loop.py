@@ -111,8 +111,8 @@ class LeaderLoop:
 
             async def watch_members() -> None:
                 async for live in self._membership.watch():
-                    if frozenset(live) != members.value:
-                        members.set(frozenset(live))
+                    if live != members.value:
+                        members.set(live)
 
             tg.start_soon(on_lost)
             tg.start_soon(watch_members)
