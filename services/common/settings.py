@@ -86,6 +86,10 @@ class HandlerSettings(BaseSettings):
     max_deliver: int = Field(default=10, ge=1)
     fetch_timeout: float = Field(default=0.5, gt=0)
     drain_timeout: float = Field(default=8.0, gt=0)
+    # A granted partition whose previous holder is still live is waited for this long
+    # (from when the current hold was first seen), then taken over: a holder that never
+    # releases (stuck, or it missed the revocation) must not stop the partition.
+    claim_patience: float = Field(default=60.0, gt=0)
     # Backoff after a failed write or partition worker: retry_delay, doubling to retry_cap.
     retry_delay: float = Field(default=0.5, gt=0)
     retry_cap: float = Field(default=10.0, gt=0)
@@ -127,6 +131,11 @@ class HandlerSettings(BaseSettings):
         if self.retry_cap < self.retry_delay:
             raise ValueError(
                 f"retry_cap {self.retry_cap} s is below retry_delay {self.retry_delay} s"
+            )
+        if self.claim_patience <= self.drain_timeout:
+            raise ValueError(
+                f"claim_patience {self.claim_patience} s must exceed drain_timeout "
+                f"{self.drain_timeout} s, or a healthy holder's drain would be cut short"
             )
         return self
 

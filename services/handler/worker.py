@@ -3,9 +3,10 @@ data and ack after the write.
 
 Ownership of a partition has three guards, so no two handlers process it at once:
 the assignment (which generation says it is ours), the hold (a per-partition lock the
-previous owner releases after draining, or that lapses with its lease), and the lease
-deadline (checked with no I/O right before every write, so a paused process that wakes
-up after its lease expired writes nothing).
+previous owner releases after draining, or that lapses with its lease, or that is taken
+over after ``claim_patience``), and the lease deadline (checked with no I/O right before
+every write, so a paused process that wakes up after its lease expired writes nothing).
+The order of the handoff is ``core.handoff.PartitionHandoff``'s; this module performs it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,28 @@ from anyio.abc import TaskGroup
 
 from core.coordination import Hold
 from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
-from core.handoff import ClaimAction, decide_claim, ownership_changes
+from core.handoff import (
+    AwaitPredecessor,
+    BackOff,
+    Claim,
+    ClaimSettled,
+    Consume,
+    Failed,
+    Finish,
+    HandBack,
+    HandedBack,
+    HandoffEvent,
+    HoldObserved,
+    LeaseLost,
+    Observe,
+    PartitionHandoff,
+    PredecessorDone,
+    Release,
+    Released,
+    RetryDue,
+    Revoked,
+    ownership_changes,
+)
 from core.ingest import unprocessable
 from core.landing import RollPolicy
 from core.messages import LandedRow, MessageKind
@@ -50,6 +72,8 @@ from services.handler.metrics import HandlerMetrics
 
 log = logging.getLogger("shoal.handler")
 
+_STORE_CALL_BOUND = 5.0  # seconds one claim, release or close may take before it failed
+
 
 @dataclass
 class _Ownership:
@@ -60,6 +84,8 @@ class _Ownership:
     granted_at: float
     revoked: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
+    subscription: Subscription | None = None  # open while consuming, until handed back
+    started: bool = False  # consumed at least once (the handoff time is measured)
 
 
 class Handler:
@@ -241,101 +267,144 @@ class Handler:
     async def _own(
         self, ownership: _Ownership, previous: _Ownership | None, lease: MembershipLease
     ) -> None:
-        """Work ``ownership``'s partition until it is revoked. A failure (the broker, the
-        store, a bug) stays in this partition: it is logged and retried with backoff while
-        the other partitions go on."""
-        partition = ownership.partition
-        failures = 0
+        """Drive ``ownership``'s partition through ``core.handoff.PartitionHandoff``: the
+        machine decides (claim, consume, hand back, release, back off); this performs.
+        A failure (the broker, the store, a bug) stays in this partition."""
+        handoff = PartitionHandoff.granted(
+            ownership.partition,
+            self._id,
+            predecessor=previous is not None,
+            patience=self._settings.claim_patience,
+        )
         try:
-            if previous is not None:
-                await previous.done.wait()
-            while not ownership.revoked.is_set():
-                try:
-                    await self._own_once(ownership, lease)
-                    return
-                except Exception as exc:
-                    failures += 1
+            while not handoff.done:
+                if lease.is_lost() and not handoff.lease_lost:
+                    handoff = handoff.on(LeaseLost())
+                    continue
+                if ownership.revoked.is_set() and not handoff.revoked:
+                    handoff = handoff.on(Revoked())
+                    continue
+                handoff = handoff.on(await self._perform(handoff, ownership, previous, lease))
+        finally:
+            # Cancelled: the lease is lost (or the stop's drain timed out and the member
+            # left). Shielded and bounded: close and release still reach the broker and
+            # the store, so the next owner starts without waiting for this lease to lapse.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_bound()):
+                if not handoff.done:
+                    handoff = handoff.on(LeaseLost())
+                while not handoff.done:
+                    handoff = handoff.on(await self._perform(handoff, ownership, previous, lease))
+            ownership.done.set()
+            if self._owned.get(ownership.partition) is ownership:
+                del self._owned[ownership.partition]
+                self._projects.pop(ownership.partition, None)
+
+    def _cleanup_bound(self) -> float:
+        return self._settings.drain_timeout + 2 * _STORE_CALL_BOUND
+
+    async def _perform(
+        self,
+        handoff: PartitionHandoff,
+        ownership: _Ownership,
+        previous: _Ownership | None,
+        lease: MembershipLease,
+    ) -> HandoffEvent:
+        """Carry out the machine's command; what happened is the next event."""
+        partition = ownership.partition
+        command = handoff.command
+        if isinstance(command, Finish):
+            raise RuntimeError("a finished handoff has nothing left to perform")
+        try:
+            match command:
+                case AwaitPredecessor():
+                    if previous is not None:
+                        await previous.done.wait()
+                    return PredecessorDone()
+                case Observe(after_change=after_change):
+                    # The hold or the member set changes when the previous owner releases
+                    # or expires; the timeout re-reads in case a change was missed.
+                    if after_change and not await self._coordination.wait_change(within=1.0):
+                        self._holds = dict(await self._hold_store.holds())
+                    return HoldObserved(self._holds.get(partition), self._members, time.monotonic())
+                case Claim(replacing=replacing, reason=reason):
+                    with anyio.fail_after(_STORE_CALL_BOUND):
+                        accepted = await self._hold_store.claim(
+                            partition, self._id, ownership.generation, replacing
+                        )
+                    if accepted:
+                        log.info(
+                            "claimed",
+                            extra=fields(
+                                partition=partition, generation=ownership.generation, reason=reason
+                            ),
+                        )
+                    return ClaimSettled(accepted)
+                case Consume():
+                    await self._consume(ownership)
+                    return Revoked()
+                case HandBack(flush=flush):
+                    await self._hand_back(ownership, flush=flush)
+                    return HandedBack()
+                case Release():
+                    with anyio.fail_after(_STORE_CALL_BOUND):
+                        await self._hold_store.release(partition, self._id)
+                    log.info(
+                        "released",
+                        extra=fields(partition=partition, generation=ownership.generation),
+                    )
+                    return Released()
+                case BackOff(failures=failures, interruptible=interruptible):
                     delay = retry_delay(
                         failures, base=self._settings.retry_delay, cap=self._settings.retry_cap
                     )
-                    log.warning(
-                        "partition worker failed; retrying",
-                        extra=fields(partition=partition, error=repr(exc), retry_in=delay),
-                        exc_info=not isinstance(exc, ShoalError | OSError | TimeoutError),
-                    )
+                    if not interruptible:
+                        await anyio.sleep(delay)
+                        return RetryDue()
                     with anyio.move_on_after(delay):
                         await ownership.revoked.wait()
-        finally:
-            ownership.done.set()
-            if self._owned.get(partition) is ownership:
-                del self._owned[partition]
-                self._projects.pop(partition, None)
+                    return RetryDue()
+        except Exception as exc:
+            log.warning(
+                "partition worker failed; handing back and retrying",
+                extra=fields(
+                    partition=partition,
+                    phase=str(handoff.phase),
+                    error=repr(exc),
+                    failures=handoff.failures + 1,
+                ),
+                exc_info=not isinstance(exc, ShoalError | OSError | TimeoutError),
+            )
+            return Failed(repr(exc))
 
-    async def _own_once(self, ownership: _Ownership, lease: MembershipLease) -> None:
-        partition = ownership.partition
-        if not await self._claim(ownership):
-            return
-        self._metrics.handoff_seconds.observe(time.monotonic() - ownership.granted_at)
-        try:
-            self._projects[partition] = set(await self._registry.projects(partition))
-            subscription = await self._transport.open(partition, self._id)
-            self._lander.opened(subscription)
-            try:
-                await self._consume(ownership, subscription)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._hand_back(ownership, subscription, lease)
-        finally:
-            # Shielded: runs on revoke, on failure and on a lost lease alike. Releasing is
-            # safe in each case because consuming has stopped and nothing of this
-            # partition is buffered any more; on a lost lease it lets the new owner start
-            # without waiting for this member to disappear.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._hold_store.release(partition, self._id)
-                log.info(
-                    "released", extra=fields(partition=partition, generation=ownership.generation)
-                )
-
-    async def _claim(self, ownership: _Ownership) -> bool:
-        """Wait until the previous holder released the partition (or its lease expired)."""
-        partition = ownership.partition
-        while not ownership.revoked.is_set():
-            decision = decide_claim(self._id, self._holds.get(partition), self._members)
-            if decision.action is not ClaimAction.WAIT and await self._hold_store.claim(
-                partition, self._id, ownership.generation, decision.replacing
-            ):
-                log.info(
-                    "claimed",
-                    extra=fields(
-                        partition=partition,
-                        generation=ownership.generation,
-                        reason=decision.reason,
-                    ),
-                )
-                return True
-            # The hold or the member set changes when the previous owner releases or
-            # expires; the timeout re-reads in case a change was missed.
-            if not await self._coordination.wait_change(within=1.0):
-                self._holds = dict(await self._hold_store.holds())
-        return False
-
-    async def _hand_back(
-        self, ownership: _Ownership, subscription: Subscription, lease: MembershipLease
-    ) -> None:
-        """Land what is buffered for the partition (unless the lease is gone: then it is
+    async def _hand_back(self, ownership: _Ownership, *, flush: bool) -> None:
+        """Land what is buffered for the partition if ``flush`` (bounded; otherwise it is
         redelivered to the next owner), then close the subscription."""
-        if not lease.is_lost():
-            with anyio.move_on_after(self._settings.drain_timeout) as scope:
-                await self._lander.flush(subscription)
-            if scope.cancelled_caught:
-                log.warning(
-                    "partition not drained in time; its buffered messages will be redelivered",
-                    extra=fields(partition=ownership.partition),
-                )
-        with anyio.move_on_after(5):
-            await subscription.close()
+        subscription, ownership.subscription = ownership.subscription, None
+        if subscription is None:
+            return
+        try:
+            if flush:
+                with anyio.move_on_after(self._settings.drain_timeout) as scope:
+                    await self._lander.flush(subscription)
+                if scope.cancelled_caught:
+                    log.warning(
+                        "partition not drained in time; its buffered messages will be redelivered",
+                        extra=fields(partition=ownership.partition),
+                    )
+        finally:
+            with anyio.move_on_after(_STORE_CALL_BOUND):
+                await subscription.close()
 
-    async def _consume(self, ownership: _Ownership, subscription: Subscription) -> None:
+    async def _consume(self, ownership: _Ownership) -> None:
+        """Open the partition and land its messages until the ownership is revoked."""
+        partition = ownership.partition
+        if not ownership.started:
+            ownership.started = True
+            self._metrics.handoff_seconds.observe(time.monotonic() - ownership.granted_at)
+        self._projects[partition] = set(await self._registry.projects(partition))
+        subscription = await self._transport.open(partition, self._id)
+        ownership.subscription = subscription
+        self._lander.opened(subscription)
         settings = self._settings
         while not ownership.revoked.is_set():
             if not await self._lander.wait_for_room(within=settings.fetch_timeout):

@@ -31,7 +31,7 @@ from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
 from core.model import Assignment
-from core.ports import LandingLog, Sink
+from core.ports import HoldStore, LandingLog, Sink
 from services.common.settings import HandlerSettings, LeaderSettings
 from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
@@ -70,8 +70,10 @@ class World:
         *,
         sink: Sink | None = None,
         landing_log: LandingLog | None = None,
+        holds: Callable[[HoldStore], HoldStore] = lambda store: store,
         **settings: Any,
     ) -> None:
+        """``holds`` wraps the handler's hold store (to inject store faults)."""
         self.stops[handler_id] = anyio.Event()
         options = {**HANDLER_DEFAULTS, "id": handler_id, **settings}
         await self.tg.start(
@@ -79,6 +81,7 @@ class World:
             handler_id,
             sink or self.parquet(),
             landing_log or LocalLandingLog(self.data_dir),
+            holds,
             options,
         )
 
@@ -93,6 +96,7 @@ class World:
         handler_id: str,
         sink: Sink,
         landing_log: LandingLog,
+        wrap_holds: Callable[[HoldStore], HoldStore],
         settings: dict[str, Any],
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -111,7 +115,7 @@ class World:
                 membership=membership,
                 reports=reports,
                 assignments=assignments,
-                holds=holds,
+                holds=wrap_holds(holds),
                 projects=projects,
                 transport=self.transport,
                 sink=sink,
