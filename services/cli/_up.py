@@ -143,10 +143,14 @@ class _Stack:
         return child
 
     def terminate_all(self) -> None:
+        """SIGTERM to each child's launcher only: it forwards exactly one to the child. A
+        signal to the whole process group would reach the child twice (directly and
+        forwarded), and a second signal means "exit now": a leader would then abandon its
+        handlers' drain while the servers they drain against are being stopped."""
         for child in self.children:
             if child.popen.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.popen.pid, signal.SIGTERM)
+                    os.kill(child.popen.pid, signal.SIGTERM)
 
     async def wait_all_exited(self, within: float) -> None:
         with anyio.move_on_after(within):
