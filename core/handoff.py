@@ -9,7 +9,7 @@ Pure functions and values; the services do the I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeAlias
@@ -45,6 +45,7 @@ __all__ = [
     "decide_claim",
     "needs_rebalance",
     "ownership_changes",
+    "stale_holds",
 ]
 
 
@@ -79,6 +80,14 @@ def decide_claim(
             ClaimAction.TAKE_OVER, hold, f"holder {hold.member_id} is gone (lease expired)"
         )
     return ClaimDecision(ClaimAction.WAIT, hold, f"waiting for {hold.member_id} to release")
+
+
+def stale_holds(me: MemberId, holds: Mapping[Partition, Hold]) -> tuple[Partition, ...]:
+    """The partitions held under ``me`` when ``me`` has just joined: an earlier run of the
+    same id (killed, or its release never got through) left them. This run owns nothing
+    yet, and its new lease makes ``me`` a live member again, so the next owners would wait
+    for a release that nobody will send: release them first (sorted)."""
+    return tuple(sorted(p for p, hold in holds.items() if hold.member_id == me))
 
 
 def needs_rebalance(previous: Assignment | None, members: Collection[MemberId]) -> bool:

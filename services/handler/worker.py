@@ -44,6 +44,7 @@ from core.handoff import (
     RetryDue,
     Revoked,
     ownership_changes,
+    stale_holds,
 )
 from core.ingest import unprocessable
 from core.landing import RollPolicy
@@ -182,8 +183,26 @@ class Handler:
                     await stop.wait()
                 continue
             log.info("joined", extra=fields(member=self._id, ttl=self._settings.lease_ttl))
+            await self._release_stale_holds()
             return lease
         return None
+
+    async def _release_stale_holds(self) -> None:
+        stale: tuple[Partition, ...] = ()
+        try:
+            with anyio.fail_after(_STORE_CALL_BOUND):
+                stale = stale_holds(self._id, await self._hold_store.holds())
+                for partition in stale:
+                    await self._hold_store.release(partition, self._id)
+        except (StoreUnavailableError, TimeoutError) as exc:
+            log.warning(
+                "holds of an earlier run not released; their next owners take them over "
+                "after claim_patience",
+                extra=fields(partitions=list(stale), error=repr(exc)),
+            )
+            return
+        if stale:
+            log.info("released holds of an earlier run", extra=fields(partitions=list(stale)))
 
     async def _serve(self, lease: MembershipLease, stop: anyio.Event) -> bool:
         """Own partitions under ``lease``; True when it ended by ``stop`` (clean leave)."""

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from adapters.memory import InMemoryHoldStore
+from adapters.memory import InMemoryHoldStore, InMemoryMembership
 from core.coordination import Hold
 from core.errors import StoreUnavailableError
 from core.model import MemberId, Partition
@@ -25,12 +25,14 @@ PROJECTS = tuple(f"proj-{i}" for i in range(5))
 
 
 class FailingReleases:
-    """A hold store whose first ``failures`` releases raise (the store did not answer)."""
+    """A hold store whose first ``failures`` releases raise (the store did not answer), and
+    whose claims raise while ``claims_blocked``."""
 
     def __init__(self, store: HoldStore, failures: int) -> None:
         self._store = store
         self.failures_left = failures
         self.attempts = 0
+        self.claims_blocked = False  # while True every claim raises too
 
     async def holds(self) -> Mapping[Partition, Hold]:
         return await self._store.holds()
@@ -41,6 +43,8 @@ class FailingReleases:
     async def claim(
         self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
     ) -> bool:
+        if self.claims_blocked:
+            raise StoreUnavailableError("the store did not answer the claim in time")
         return await self._store.claim(partition, member_id, generation, replacing)
 
     async def release(self, partition: Partition, member_id: MemberId) -> None:
@@ -62,6 +66,14 @@ async def _held_by(world: World, member: str, partitions: set[Partition], within
         with anyio.fail_after(within):
             async for holds in store.watch_holds():
                 if all(p in holds and holds[p].member_id == member for p in partitions):
+                    return
+
+
+async def _live(world: World, members: set[str]) -> None:
+    async with InMemoryMembership(world.state) as membership:
+        with anyio.fail_after(10):
+            async for live in membership.watch():
+                if members <= live:
                     return
 
 
@@ -110,3 +122,32 @@ async def test_a_live_holder_that_never_releases_is_taken_over_after_patience(
     assert len(fresh) == len({r["message_id"] for r in fresh}) == 300
     assert {r["handler_id"] for r in fresh if r["partition"] in moved} == {"h2"}
     assert releases.attempts > len(moved)  # h1 kept retrying all along
+
+
+async def test_a_handler_back_under_its_old_id_frees_the_holds_its_crash_left(
+    world: World,
+) -> None:
+    h1_holds = await _moved_to_h2(world)
+    h2_holds: list[FailingReleases] = []
+
+    def wrap(store: HoldStore) -> HoldStore:
+        h2_holds.append(FailingReleases(store, failures=0))
+        return h2_holds[-1]
+
+    await world.start_handler("h2", holds=wrap, retry_delay=0.1, retry_cap=0.4)
+    await world.assignment_where(balanced({"h1", "h2"}))
+    h2_holds[0].claims_blocked = True  # h2 cannot take anything over for now
+    h1_holds.failures_left = 1_000_000  # h1 dies holding its partitions, as SIGKILL would
+    world.kill("h1")
+    everything = await world.assignment_where(balanced({"h2"}))
+    world.stops["l1"].set()  # no leader: the assignment stays "everything to h2"
+    await world.start_handler("h1")  # the same id, a new run: its old holds are stale
+    await _live(world, {"h1", "h2"})
+    h2_holds[0].claims_blocked = False
+    # h1 is live again and owns nothing; patience (60 s) is far beyond this bound
+    await _held_by(world, "h2", set(everything.owned_by("h2")), within=10)
+    ids = await world.publish(300, PROJECTS)
+    rows = await world.until_landed(ids, within=20)
+    fresh = [r for r in rows if r["message_id"] in ids]
+    assert len(fresh) == len({r["message_id"] for r in fresh}) == 300
+    assert {r["handler_id"] for r in fresh} == {"h2"}

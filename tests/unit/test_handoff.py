@@ -6,7 +6,13 @@ import hypothesis.strategies as st
 from hypothesis import given
 
 from core.coordination import Hold
-from core.handoff import ClaimAction, decide_claim, needs_rebalance, ownership_changes
+from core.handoff import (
+    ClaimAction,
+    decide_claim,
+    needs_rebalance,
+    ownership_changes,
+    stale_holds,
+)
 from core.model import Assignment
 
 MEMBERS = st.sampled_from(("a", "b", "c"))
@@ -77,3 +83,13 @@ def test_every_owned_partition_is_revoked_or_kept_and_grants_are_new(
         assert changes.grant == ()
     for part in (changes.revoke, changes.keep, changes.grant):
         assert list(part) == sorted(part)
+
+
+def test_holds_under_my_id_at_join_are_stale_and_nobody_elses_are() -> None:
+    holds = {
+        4: Hold(4, "a", 2, 11),
+        1: Hold(1, "a", 1, 9),
+        2: Hold(2, "b", 1, 10),
+    }
+    assert stale_holds("a", holds) == (1, 4)
+    assert stale_holds("c", holds) == ()
