@@ -26,6 +26,7 @@ from typing import TypeVar
 import anyio
 from anyio.abc import TaskStatus
 
+from core.coordination import Leader
 from core.errors import LeaseLostError, ShoalError, StoreUnavailableError
 from core.model import MemberId
 from core.ports import MembershipLease
@@ -234,6 +235,14 @@ class LeaderOnLease(OnLease):
     @property
     def term(self) -> int:
         return self._term
+
+    @property
+    def fence(self) -> Leader:
+        return Leader(self._owner_id, self._term, self._incarnation())
+
+    def _incarnation(self) -> str:
+        """Empty: the store never hands a term out twice (see ``Leadership.fence``)."""
+        return ""
 
     @property
     def leader_id(self) -> MemberId:

@@ -15,8 +15,8 @@ The rules:
 - **leadership**: a leader takes office with a term above every term accepted before (the
   fencing token, so terms only grow); restating the current leadership is accepted and
   changes nothing. ``vacate(term)`` ends that term's leadership, if it is still current.
-- **assignment**: ``publish`` is accepted only for the current leader's exact term and a
-  generation above the stored one.
+- **assignment**: ``publish`` is accepted only in the name of the leadership in office (its
+  id, exact term and incarnation) and for a generation above the stored one.
 - **holds** (the handoff lock on a partition): ``claim`` takes a free partition, or
   replaces exactly the hold version the claimant observed (a holder whose lease expired,
   see ``core.handoff.decide_claim``); ``release`` drops the hold only for its holder.
@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from core.model import Assignment, MemberId, Partition
 
-__all__ = ["Applied", "CoordinationState", "Hold", "Leader"]
+__all__ = ["Applied", "CoordinationState", "Hold", "Leader", "supersedes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,15 @@ class Leader:
     leader_id: MemberId
     term: int
     incarnation: str = ""
+
+
+def supersedes(published: tuple[int, int], seen: tuple[int, int] | None) -> bool:
+    """Whether an assignment published as ``(term, generation)`` is newer than the last one
+    an assignment watcher yielded. Ordinarily generations grow and terms grow with them;
+    but a store that lost its data (Redis without persistence, or losing its last writes)
+    starts generations again under a new leader, whose higher term shows the new history:
+    watchers follow it at once instead of waiting for the old count to be passed."""
+    return seen is None or published > seen
 
 
 K = TypeVar("K")
@@ -111,14 +120,22 @@ class CoordinationState:
 
     # -- assignment ------------------------------------------------------------------------
 
-    def publish(self, assignment: Assignment, term: int) -> Applied:
-        """Refused reasons are what ``FencedError`` says to the leader."""
+    def publish(self, assignment: Assignment, fence: Leader) -> Applied:
+        """Accepted only in the name of the leadership in office, all of it: a store that
+        handed one term out twice (it lost writes) still tells the two apart by their
+        incarnation. Refused reasons are what ``FencedError`` says to the leader."""
+        term = fence.term
         if self.leader is None:
             return self._refused(f"term {term} is not current: nobody leads now")
         if self.leader.term != term:
             return self._refused(
                 f"term {term} is not current: {self.leader.leader_id!r} leads with term "
                 f"{self.leader.term}"
+            )
+        if self.leader != fence:
+            return self._refused(
+                f"term {term} is held by another leadership ({self.leader.leader_id!r}, "
+                f"incarnation {self.leader.incarnation!r})"
             )
         if self.assignment is not None and assignment.generation <= self.assignment.generation:
             return self._refused(

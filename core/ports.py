@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.coordination import Hold
+from core.coordination import Hold, Leader
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.retry import DeadLetterReason
@@ -116,6 +116,15 @@ class Leadership(Protocol):
     def term(self) -> int: ...
 
     @property
+    def fence(self) -> Leader:
+        """What a write in this leadership's name carries (``AssignmentStore.publish``): its
+        id, term and incarnation. The incarnation tells two leaderships with one term apart
+        where a store could hand a term out twice (Redis after losing recent writes: the
+        leader key's random token; Kafka: the session's incarnation); empty where terms are
+        unique (etcd revisions, the in-memory store)."""
+        ...
+
+    @property
     def leader_id(self) -> MemberId: ...
 
     def is_lost(self) -> bool: ...
@@ -148,9 +157,10 @@ class AssignmentStore(Protocol):
     """The published assignment. Every method raises ``StoreUnavailableError`` when the
     store does not answer in time (a write may or may not have been applied then)."""
 
-    async def publish(self, assignment: Assignment, term: int) -> None:
-        """Store ``assignment`` if ``term`` is still the current leader's term and the stored
-        generation is lower. Raises ``FencedError`` otherwise; stores nothing then."""
+    async def publish(self, assignment: Assignment, fence: Leader) -> None:
+        """Store ``assignment`` if ``fence`` (``Leadership.fence``) is still the leadership in
+        office, term and incarnation, and the stored generation is lower. Raises
+        ``FencedError`` otherwise; stores nothing then."""
         ...
 
     async def current(self) -> Assignment | None:
@@ -158,8 +168,9 @@ class AssignmentStore(Protocol):
         ...
 
     def watch(self) -> AsyncIterator[Assignment]:
-        """Yield the stored assignment (if any) and then every newer generation, in order of
-        generation; generations already yielded are never yielded again."""
+        """Yield the stored assignment (if any) and then every newer one, in order
+        (``core.coordination.supersedes``: a higher generation, or a higher publishing term
+        where a store that lost its data restarted the count); none is yielded twice."""
         ...
 
 

@@ -179,6 +179,11 @@ class EtcdClient:
         )
 
     @staticmethod
+    def holds_value(key: str, value: bytes) -> Any:
+        """Compare: ``key``'s value is exactly ``value``."""
+        return Compare(result=Compare.EQUAL, target=Compare.VALUE, key=key.encode(), value=value)
+
+    @staticmethod
     def put_op(key: str, value: bytes, lease: int = 0) -> Any:
         return KVService.txn_op_put(key, value, lease=lease)
 

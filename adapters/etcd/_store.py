@@ -24,7 +24,7 @@ from adapters.etcd._codec import (
     encode_hold,
 )
 from adapters.etcd._watch import watch_snapshots
-from core.coordination import Hold
+from core.coordination import Hold, Leader, supersedes
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -41,11 +41,13 @@ class EtcdAssignmentStore(EtcdAdapter):
     write that timed out may or may not have been applied.
     """
 
-    async def publish(self, assignment: Assignment, term: int) -> None:
-        """Store ``assignment`` if ``term`` is the create revision of the current leader key
-        and the stored generation is lower. Raises ``FencedError`` otherwise, ``ValueError``
-        when the assignment is too large for one etcd request."""
+    async def publish(self, assignment: Assignment, fence: Leader) -> None:
+        """Store ``assignment`` if ``fence``'s term is the create revision of the current
+        leader key and its id the key's value (revisions are never reused, so etcd needs no
+        incarnation) and the stored generation is lower. Raises ``FencedError`` otherwise,
+        ``ValueError`` when the assignment is too large for one etcd request."""
         client, keys = self._client, self._keys
+        term = fence.term
         value = encode_assignment(assignment, term)
         if len(value) > _MAX_VALUE_BYTES:
             raise ValueError(
@@ -63,6 +65,7 @@ class EtcdAssignmentStore(EtcdAdapter):
             result = await client.txn(
                 [
                     client.created_at(keys.leader, term),
+                    client.holds_value(keys.leader, fence.leader_id.encode()),
                     client.modified_at(
                         keys.assignment, 0 if stored is None else stored.mod_revision
                     ),
@@ -80,6 +83,11 @@ class EtcdAssignmentStore(EtcdAdapter):
                     f"term {term} is not current: {leader[0].value.decode()!r} leads "
                     f"with term {leader[0].create_revision}"
                 )
+            if leader[0].value != fence.leader_id.encode():
+                raise FencedError(
+                    f"term {term} is held by another leadership "
+                    f"({leader[0].value.decode()!r}, not {fence.leader_id!r})"
+                )
             stored = assignment_now[0] if assignment_now else None  # raced: check again
 
     async def current(self) -> Assignment | None:
@@ -88,15 +96,19 @@ class EtcdAssignmentStore(EtcdAdapter):
         return None if stored is None else stored.assignment
 
     async def watch(self) -> AsyncIterator[Assignment]:
-        """The stored assignment, then every newer generation; never an older or repeated
-        one. Survives etcd restarts (resumes after the last revision seen)."""
+        """The stored assignment, then every newer one (``core.coordination.supersedes``);
+        never an older or repeated one. Survives etcd restarts (resumes after the last
+        revision seen)."""
         key = self._keys.assignment
-        last = -1
+        last: tuple[int, int] | None = None
         async with aclosing(watch_snapshots(self._client, key, prefix=False)) as snapshots:
             async for snapshot in snapshots:
                 stored = self._decode_assignment(snapshot.get(key))
-                if stored is not None and stored.assignment.generation > last:
-                    last = stored.assignment.generation
+                if stored is None:
+                    continue
+                published = (stored.term, stored.assignment.generation)
+                if supersedes(published, last):
+                    last = published
                     yield stored.assignment
 
     @staticmethod

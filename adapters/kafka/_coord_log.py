@@ -15,8 +15,9 @@ Records (JSON; ``rid`` identifies the request so its writer can find the outcome
   leader's late ``lead`` loses.
 - ``depose {term}``: the leader of ``term`` resigned, or the group stopped naming it.
   Clears the leader if it still holds ``term``.
-- ``publish {term, assignment}``: accepted iff somebody leads with exactly ``term`` and
-  the generation is above the stored one (``FencedError`` otherwise).
+- ``publish {id, inc, term, assignment}``: accepted iff exactly that leadership (id, term,
+  incarnation) leads and the generation is above the stored one (``FencedError``
+  otherwise).
 - ``claim {p, member, generation, replacing}``, ``release {p, member}``: the handoff lock,
   a compare-and-set on the hold's version (the offset of the claim that made it).
 - ``project {p, project}``: registered once per partition; True the first time.
@@ -73,6 +74,8 @@ class _Depose(_Record):
 
 class _Publish(_Record):
     op: Literal["publish"]
+    id: StrictStr
+    inc: StrictStr
     term: StrictInt
     assignment: dict[str, Any]
 
@@ -130,7 +133,8 @@ class LogState:
             case _Depose():
                 return model.vacate(record.term)
             case _Publish():
-                return model.publish(assignment_from_json(record.assignment), record.term)
+                fence = Leader(record.id, record.term, record.inc)
+                return model.publish(assignment_from_json(record.assignment), fence)
             case _Claim():
                 return model.claim(
                     record.p,

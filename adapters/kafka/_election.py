@@ -55,6 +55,10 @@ class KafkaLeadership:
         return self._record.term
 
     @property
+    def fence(self) -> Leader:
+        return self._record
+
+    @property
     def leader_id(self) -> MemberId:
         return self._record.leader_id
 

@@ -9,12 +9,17 @@ no fetching at all (a consumer that is not polled leaves its group after
 ``max.poll.interval.ms``). The protocol is the consumer protocol with exactly one
 assignor, ``shoal`` (``ShoalAssignor``), so Kafka's tools show the group as usual.
 
-Lease rules:
-- The deadline is the send time of the last request the broker answered as a member
-  (Heartbeat, SyncGroup) plus the session timeout: the broker cannot have expired the
-  session before it. ``is_lost`` compares the monotonic clock with it, without I/O.
-- While a JoinGroup is in flight the broker holds the member in the rebalance (it is not
-  expired for missing heartbeats), so the deadline is suspended until the sync.
+Lease rules (``SessionDeadline``):
+- The deadline is the send time of the last request the broker answered *as to a current
+  member* (Heartbeat, JoinGroup and SyncGroup without error) plus the session timeout: the
+  broker cannot have expired the session before it. ``is_lost`` compares the monotonic
+  clock with it, without I/O.
+- Nothing else moves it: not a REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION answer (the
+  broker drops a member that does not rejoin within the rebalance timeout, whatever it
+  heartbeats), and not a JoinGroup in flight (it may never have reached the broker). So a
+  member paused in the middle of a rebalance loses its lease locally no later than the
+  broker can give its partitions away; a rebalance that outlasts the lease (a member died
+  during it) costs a local loss and a rejoin, never two holders.
 - ``UNKNOWN_MEMBER_ID`` after the first sync, or no successful heartbeat before the
   deadline, loses the lease for good: the session stops (a new lease is a new session,
   with a new incarnation) and, unless paused, sends LeaveGroup so others rebalance now.
@@ -50,7 +55,7 @@ from adapters.kafka._coord_codec import Broadcast
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
 
-__all__ = ["GroupSession"]
+__all__ = ["GroupSession", "SessionDeadline"]
 
 _log = logging.getLogger("shoal.adapters.kafka.group")
 
@@ -74,6 +79,22 @@ class _Evicted(Exception):
 
 class _Retry(Exception):
     """Try again after a backoff (coordinator moved, connection lost, broker starting)."""
+
+
+class SessionDeadline:
+    """The lease rule of a session (see the module docstring), apart from the protocol."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.deadline = 0.0
+        self.synced = False  # before the first sync there is no lease to lose
+
+    def answered(self, sent: float) -> None:
+        """The broker answered a request sent at ``sent`` as to a current member."""
+        self.deadline = max(self.deadline, sent + self.ttl)
+
+    def is_lost(self, now: float, margin: float = 0.0) -> bool:
+        return self.synced and now + margin >= self.deadline
 
 
 class GroupSession:
@@ -113,9 +134,7 @@ class GroupSession:
         self.broadcast_at = 0.0
         self.deposed_term: int | None = None  # set when this session's assign() deposed one
         self.lost_reason = ""
-        self._deadline = 0.0  # suspended until the first sync (``_joining``)
-        self._joining = True
-        self._synced_once = False
+        self._lease = SessionDeadline(self.lease_ttl)
         self._lost = anyio.Event()
         self._synced = anyio.Event()
         self._wake = anyio.Event()
@@ -130,14 +149,10 @@ class GroupSession:
 
     @property
     def deadline(self) -> float:
-        return self._deadline
+        return self._lease.deadline
 
     def is_lost(self, margin: float = 0.0) -> bool:
-        if self._lost.is_set():
-            return True
-        if not self._synced_once or self._joining:
-            return False
-        return time.monotonic() + margin >= self._deadline
+        return self._lost.is_set() or self._lease.is_lost(time.monotonic(), margin)
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
@@ -265,12 +280,11 @@ class GroupSession:
             self._check_deadline()
 
     def _check_deadline(self) -> None:
-        if self._synced_once and not self._joining and time.monotonic() >= self._deadline:
+        if self._lease.is_lost(time.monotonic()):
             self._lose(f"no heartbeat accepted within its {self.lease_ttl:g} s TTL")
 
     async def _expire_paused(self) -> None:
-        await anyio.sleep(max(0.0, self._deadline - time.monotonic()))
-        self._joining = False
+        await anyio.sleep(max(0.0, self._lease.deadline - time.monotonic()))
         self._lose(f"not renewed within its {self.lease_ttl:g} s TTL (paused)")
 
     async def _wait_wake(self) -> None:
@@ -310,43 +324,33 @@ class GroupSession:
 
     async def _heartbeat(self, client: Any) -> bool:
         """Wait one interval, heartbeat; True when a rejoin is needed."""
-        wait = min(self.heartbeat_interval, max(0.0, self._deadline - time.monotonic()))
+        wait = min(self.heartbeat_interval, max(0.0, self._lease.deadline - time.monotonic()))
         with anyio.move_on_after(wait):
             await self._wait_wake()
         if self._rejoin or self._paused or self._lost.is_set():
             return self._rejoin
         sent = time.monotonic()
-        bound = min(self.settings.request_timeout, max(self._deadline - sent, 0.001))
+        bound = min(self.settings.request_timeout, max(self._lease.deadline - sent, 0.001))
         request = HeartbeatRequest(self.group_id, self.generation, self.kafka_member_id)
         response = await self._call(client, request, bound)
         code = int(response.error_code)
         if code == 0:
-            self._renewed(sent)
+            self._lease.answered(sent)
             return False
         if code in (_REBALANCE_IN_PROGRESS, _ILLEGAL_GENERATION):
-            self._renewed(sent)  # still a member: the broker answered as to one
-            return True
+            return True  # rejoin now; no renewal (see the module docstring)
         if code == _UNKNOWN_MEMBER_ID:
             raise _Evicted("the broker does not know this member any more (heartbeat)")
         self._check_code(code, "Heartbeat")
         raise _Retry(f"Heartbeat error {code}")
 
-    def _renewed(self, sent: float) -> None:
-        self._deadline = max(self._deadline, sent + self.lease_ttl)
-
     async def _join(self, client: Any) -> None:
-        self._joining = True
-        try:
-            await self._join_and_sync(client)
-        finally:
-            self._joining = False
-
-    async def _join_and_sync(self, client: Any) -> None:
         assignor = self.assignor
         metadata = assignor.metadata([assignor.topic])
         protocols = [(assignor.name, metadata.encode())]
         join_bound = self.rebalance_timeout + self.settings.request_timeout
         while True:
+            join_sent = time.monotonic()
             request = JoinGroupRequest(
                 self.group_id,
                 self.settings.ms(self.session_timeout),
@@ -362,7 +366,7 @@ class GroupSession:
                 self.kafka_member_id = str(response.member_id)
                 continue
             if code == _UNKNOWN_MEMBER_ID:
-                if self._synced_once:
+                if self._lease.synced:
                     raise _Evicted("the broker does not know this member any more (join)")
                 self.kafka_member_id = ""
                 raise _Retry("JoinGroup: unknown member id")
@@ -376,6 +380,7 @@ class GroupSession:
             if code != 0:
                 raise _Retry(f"JoinGroup error {code}")
             break
+        self._lease.answered(join_sent)
         self.kafka_member_id = str(response.member_id)
         self.generation = int(response.generation_id)
         self.deposed_term = None
@@ -389,7 +394,6 @@ class GroupSession:
         answer = await self._call(client, sync, self.settings.request_timeout)
         code = int(answer.error_code)
         if code in (_REBALANCE_IN_PROGRESS, _ILLEGAL_GENERATION):
-            self._renewed(sent)
             self._rejoin = True
             raise _Retry(f"SyncGroup error {code}: rejoining")
         if code == _UNKNOWN_MEMBER_ID:
@@ -397,7 +401,7 @@ class GroupSession:
         self._check_code(code, "SyncGroup")
         if code != 0:
             raise _Retry(f"SyncGroup error {code}")
-        self._renewed(sent)
+        self._lease.answered(sent)
         assignment = ConsumerProtocol.ASSIGNMENT.decode(bytes(answer.member_assignment))
         try:
             assignor.on_assignment(assignment)
@@ -405,7 +409,7 @@ class GroupSession:
             raise _Retry(f"undecodable assignment: {exc}") from exc
         self.broadcast = assignor.last
         self.broadcast_at = time.monotonic()
-        self._synced_once = True
+        self._lease.synced = True
         self._synced.set()
         _log.debug(
             "group %s: generation %d synced for %s (%s)",

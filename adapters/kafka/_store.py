@@ -17,7 +17,7 @@ from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
-from core.coordination import Hold
+from core.coordination import Hold, Leader
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -46,9 +46,13 @@ class KafkaAssignmentStore(KafkaLogAdapter):
     write that timed out may or may not have been applied.
     """
 
-    async def publish(self, assignment: Assignment, term: int) -> None:
+    async def publish(self, assignment: Assignment, fence: Leader) -> None:
         outcome = await self.log.request(
-            "publish", term=term, assignment=assignment_to_json(assignment)
+            "publish",
+            id=fence.leader_id,
+            inc=fence.incarnation,
+            term=fence.term,
+            assignment=assignment_to_json(assignment),
         )
         if not outcome.accepted:
             raise FencedError(outcome.reason)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 
 from adapters.memory._base import MemoryAdapter
-from core.coordination import Hold
+from core.coordination import Hold, Leader
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -13,9 +13,9 @@ __all__ = ["InMemoryAssignmentStore", "InMemoryHoldStore", "InMemoryProjectRegis
 
 
 class InMemoryAssignmentStore(MemoryAdapter):
-    async def publish(self, assignment: Assignment, term: int) -> None:
+    async def publish(self, assignment: Assignment, fence: Leader) -> None:
         await self._step("publish")
-        applied = self.state.model.publish(assignment, term)
+        applied = self.state.model.publish(assignment, fence)
         if not self.state.apply(applied):
             raise FencedError(applied.reason)
         self.state.history.append(assignment)

@@ -43,6 +43,11 @@ class RedisLeadership(LeaderOnLease):
         """The leader key in Redis."""
         return self._key_lease.key
 
+    def _incarnation(self) -> str:
+        """The leader key's random owner token: after Redis lost recent writes its term
+        counter may hand this term to another candidate too."""
+        return self._key_lease.token
+
     async def resign(self) -> None:
         """Delete the leader key if it is still ours. Idempotent.
 

@@ -98,8 +98,11 @@ return out
 # KEYS: leader, term counter, events. ARGV: candidate id, token, ttl ms, maxlen.
 # -> {1, term} elected (also when the key is already this token's: a retry after a lost
 # reply); {0, pttl of the current leader key} otherwise.
-# The counter starts at the server's clock in ms the first time (and again if Redis lost
-# its data), so terms keep growing across a restart without persistence.
+# A term is the counter + 1 or the server's clock in ms, whichever is higher: terms keep
+# growing across a restart that lost the counter or its last increments (no persistence,
+# or appendfsync everysec), so a new leader's term is above every term handed out before
+# (assignment watchers rely on it, see core.coordination.supersedes). Should the clock
+# step back as well, PUBLISH still tells two leaders of one term apart by their token.
 CAMPAIGN = (
     _EVENT
     + """
@@ -109,12 +112,10 @@ if owned(current, ARGV[2]) then
   return {1, tonumber(string.match(current, '^[^:]*:(%d+):'))}
 end
 if current then return {0, redis.call('PTTL', KEYS[1])} end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  local now = redis.call('TIME')
-  redis.call('SET', KEYS[2], string.format('%d', tonumber(now[1]) * 1000
-    + math.floor(tonumber(now[2]) / 1000)))
-end
-local term = redis.call('INCR', KEYS[2])
+local now = redis.call('TIME')
+local clock = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local term = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, clock)
+redis.call('SET', KEYS[2], string.format('%d', term))
 redis.call('SET', KEYS[1], ARGV[2] .. ':' .. string.format('%d', term) .. ':' .. ARGV[1],
   'PX', ARGV[3])
 event(KEYS[3], ARGV[4], 'leader', 'elected', KEYS[1])
@@ -133,16 +134,19 @@ return 1
 """
 )
 
-# KEYS: leader, assignment, events. ARGV: term, generation, value, maxlen.
+# KEYS: leader, assignment, events. ARGV: term, generation, value, maxlen, owner token.
 # -> {1} stored; {0} nobody leads; {-1, leader term} another term leads;
-#    {-2, stored generation} the stored generation is not lower.
+#    {-3, leader term} this term, but another owner token (Redis lost writes and its
+#    counter handed the term out twice); {-2, stored generation} the stored generation is
+#    not lower.
 PUBLISH = (
     _EVENT
     + """
 local leader = redis.call('GET', KEYS[1])
 if not leader then return {0} end
-local term = string.match(leader, '^[^:]*:(%d+):')
+local token, term = string.match(leader, '^([^:]*):(%d+):')
 if term ~= ARGV[1] then return {-1, term or ''} end
+if token ~= ARGV[5] then return {-3, term} end
 local stored = redis.call('GET', KEYS[2])
 if stored then
   local ok, decoded = pcall(cjson.decode, stored)

@@ -26,7 +26,7 @@ from adapters.redis._codec import (
     new_version,
 )
 from adapters.redis._watch import watch_snapshots
-from core.coordination import Hold
+from core.coordination import Hold, Leader, supersedes
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -42,10 +42,12 @@ class RedisAssignmentStore(RedisAdapter):
     write that timed out may or may not have been applied.
     """
 
-    async def publish(self, assignment: Assignment, term: int) -> None:
-        """Store ``assignment`` if ``term`` is the current leader key's term and the stored
-        generation is lower. Raises ``FencedError`` otherwise (nothing stored)."""
+    async def publish(self, assignment: Assignment, fence: Leader) -> None:
+        """Store ``assignment`` if the leader key still holds ``fence``'s term and owner
+        token (its incarnation) and the stored generation is lower. Raises ``FencedError``
+        otherwise (nothing stored)."""
         keys = self._keys
+        term = fence.term
         reply = await self._client.script(
             "PUBLISH",
             [keys.leader, keys.assignment, keys.events],
@@ -54,6 +56,7 @@ class RedisAssignmentStore(RedisAdapter):
                 assignment.generation,
                 encode_assignment(assignment, term),
                 self.settings.events_maxlen,
+                fence.incarnation,
             ],
         )
         status = int(reply[0])
@@ -61,9 +64,14 @@ class RedisAssignmentStore(RedisAdapter):
             return
         if status == 0:
             raise FencedError(f"term {term} is not current: nobody leads now")
-        if status == -1:
+        if status in (-1, -3):
             leader = await self._client.get(keys.leader)
             who = leader.decode(errors="replace").split(":", 2)[-1] if leader else "?"
+            if status == -3:
+                raise FencedError(
+                    f"term {term} is held by another leadership ({who!r}, another owner "
+                    "token): Redis handed the term out twice after losing writes"
+                )
             raise FencedError(
                 f"term {term} is not current: {who!r} leads with term {reply[1].decode()}"
             )
@@ -77,11 +85,12 @@ class RedisAssignmentStore(RedisAdapter):
         return None if stored is None else stored.assignment
 
     async def watch(self) -> AsyncIterator[Assignment]:
-        """The stored assignment, then newer generations, in order; never an older or
+        """The stored assignment, then newer ones (``core.coordination.supersedes``: a higher
+        generation, or a higher term after Redis lost its data), in order; never an older or
         repeated one. Generations published faster than the watcher reads may be skipped
         (it re-reads the latest on each change). Survives Redis restarts (re-reads)."""
         feed = await self._started_feed()
-        last = -1
+        last: tuple[int, int] | None = None
         snapshots = watch_snapshots(
             self._client, feed, lambda c: c.topic == "assignment", self._stored, "assignment"
         )
@@ -90,23 +99,31 @@ class RedisAssignmentStore(RedisAdapter):
             async for stored in snapshots:
                 if stored is None:
                     continue
-                generation = stored.assignment.generation
-                if generation > last:
-                    last = generation
+                published = (stored.term, stored.assignment.generation)
+                if supersedes(published, last):
+                    if last is not None and published[1] < last[1]:
+                        # publish only ever raises the stored generation: it went back
+                        # because Redis lost its data; a newer term restarted the count
+                        _log.error(
+                            "redis: generation %d of term %d follows generation %d of term "
+                            "%d: Redis lost its data (run it with appendonly yes); following "
+                            "the new leader's assignment",
+                            published[1],
+                            published[0],
+                            last[1],
+                            last[0],
+                        )
+                    last = published
                     yield stored.assignment
-                elif generation < last and warned != generation:
-                    # publish only ever raises the stored generation: it went back because
-                    # the key was deleted or Redis lost its data (no persistence)
-                    warned = generation
+                elif last is not None and published < last and warned != published[1]:
+                    warned = published[1]
                     _log.error(
                         "redis: the stored assignment went back from generation %d to %d "
-                        "(term %d): Redis lost its data (run it with appendonly yes) or the "
-                        "key was deleted; this watch yields nothing until a generation above "
-                        "%d is published",
-                        last,
-                        generation,
-                        stored.term,
-                        last,
+                        "without a newer term (%d): the key was deleted or overwritten; "
+                        "this watch yields nothing until a newer one is published",
+                        last[1],
+                        published[1],
+                        published[0],
                     )
 
     async def _stored(self) -> StoredAssignment | None:

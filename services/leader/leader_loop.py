@@ -189,7 +189,7 @@ class LeaderLoop:
         compute_seconds = time.perf_counter() - started
         if result.moved == 0 and previous.generation > 0:
             return None
-        await self._store.publish(result.assignment, leadership.term)
+        await self._store.publish(result.assignment, leadership.fence)
         record = RebalanceRecord(
             at=time.time(),
             generation=result.assignment.generation,

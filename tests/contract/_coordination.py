@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 import anyio
@@ -543,9 +543,9 @@ class AssignmentStoreContract:
     ) -> None:
         async with harness.election() as election, harness.store() as store:
             leader = await election.campaign("leader", LONG_TTL)
-            await store.publish(owners(1, "a", "b", ""), leader.term)
+            await store.publish(owners(1, "a", "b", ""), leader.fence)
             assert await store.current() == owners(1, "a", "b", "")
-            await store.publish(owners(2, "b", "a", "a"), leader.term)
+            await store.publish(owners(2, "b", "a", "a"), leader.fence)
             assert await store.current() == owners(2, "b", "a", "a")
 
     async def test_publish_keeps_fan_out_owners_when_several_own_a_partition(
@@ -554,7 +554,7 @@ class AssignmentStoreContract:
         assignment = Assignment(1, (("a", "b"), (), ("c",)))
         async with harness.election() as election, harness.store() as store:
             leader = await election.campaign("leader", LONG_TTL)
-            await store.publish(assignment, leader.term)
+            await store.publish(assignment, leader.fence)
             assert await store.current() == assignment
 
     async def test_publish_is_fenced_and_stores_nothing_when_term_is_stale(
@@ -562,15 +562,15 @@ class AssignmentStoreContract:
     ) -> None:
         async with harness.election() as election, harness.store() as store:
             old = await election.campaign("old", LONG_TTL)
-            await store.publish(owners(1, "a"), old.term)
+            await store.publish(owners(1, "a"), old.fence)
             await old.resign()
             with pytest.raises(FencedError):
-                await store.publish(owners(2, "b"), old.term)  # nobody leads
+                await store.publish(owners(2, "b"), old.fence)  # nobody leads
             new = await election.campaign("new", LONG_TTL)
             with pytest.raises(FencedError):
-                await store.publish(owners(2, "b"), old.term)  # someone else leads
+                await store.publish(owners(2, "b"), old.fence)  # someone else leads
             assert await store.current() == owners(1, "a")
-            await store.publish(owners(2, "c"), new.term)
+            await store.publish(owners(2, "c"), new.fence)
             assert await store.current() == owners(2, "c")
 
     async def test_publish_is_fenced_when_generation_is_not_higher(
@@ -578,11 +578,11 @@ class AssignmentStoreContract:
     ) -> None:
         async with harness.election() as election, harness.store() as store:
             leader = await election.campaign("leader", LONG_TTL)
-            await store.publish(owners(5, "a"), leader.term)
+            await store.publish(owners(5, "a"), leader.fence)
             with pytest.raises(FencedError):
-                await store.publish(owners(5, "b"), leader.term)
+                await store.publish(owners(5, "b"), leader.fence)
             with pytest.raises(FencedError):
-                await store.publish(owners(4, "b"), leader.term)
+                await store.publish(owners(4, "b"), leader.fence)
             assert await store.current() == owners(5, "a")
 
     async def test_one_publish_wins_when_two_race_for_one_generation(
@@ -594,12 +594,12 @@ class AssignmentStoreContract:
             harness.store() as two,
         ):
             leader = await election.campaign("leader", LONG_TTL)
-            await one.publish(owners(1, "x"), leader.term)
+            await one.publish(owners(1, "x"), leader.fence)
             outcomes: dict[str, str] = {}
 
             async def publish(store: AssignmentStore, owner: str) -> None:
                 try:
-                    await store.publish(owners(2, owner), leader.term)
+                    await store.publish(owners(2, owner), leader.fence)
                     outcomes[owner] = "stored"
                 except FencedError:
                     outcomes[owner] = "fenced"
@@ -621,13 +621,14 @@ class AssignmentStoreContract:
             watching(store.watch()) as updates,
         ):
             leader = await election.campaign("leader", LONG_TTL)
-            await store.publish(owners(1, "a"), leader.term)
+            await store.publish(owners(1, "a"), leader.fence)
             seen = [await next_within(updates)]
             assert seen == [owners(1, "a")]
             for generation in range(2, 7):
-                await store.publish(owners(generation, "a" if generation % 2 else "b"), leader.term)
+                owner = "a" if generation % 2 else "b"
+                await store.publish(owners(generation, owner), leader.fence)
             with pytest.raises(FencedError):
-                await store.publish(owners(3, "z"), leader.term)
+                await store.publish(owners(3, "z"), leader.fence)
             with anyio.fail_after(WAIT):
                 async for assignment in updates:
                     seen.append(assignment)
@@ -637,7 +638,7 @@ class AssignmentStoreContract:
             assert generations == sorted(set(generations)), generations
             assert all(a.owners != (("z",),) for a in seen)
             # and nothing more: a later publish is the next thing the watch yields
-            await store.publish(owners(9, "c"), leader.term)
+            await store.publish(owners(9, "c"), leader.fence)
             assert await next_within(updates) == owners(9, "c")
 
     async def test_watch_starts_with_the_current_assignment_when_one_is_stored(
@@ -645,8 +646,8 @@ class AssignmentStoreContract:
     ) -> None:
         async with harness.election() as election, harness.store() as store:
             leader = await election.campaign("leader", LONG_TTL)
-            await store.publish(owners(3, "a"), leader.term)
-            await store.publish(owners(4, "b"), leader.term)
+            await store.publish(owners(3, "a"), leader.fence)
+            await store.publish(owners(4, "b"), leader.fence)
             async with watching(store.watch()) as updates:
                 assert await next_within(updates) == owners(4, "b")
 
@@ -659,12 +660,12 @@ class AssignmentStoreContract:
             watching(store.watch()) as updates,
         ):
             leader = await election.campaign("leader", LONG_TTL)
-            await store.publish(owners(1, "a"), leader.term)
+            await store.publish(owners(1, "a"), leader.fence)
             assert await next_within(updates) == owners(1, "a")  # read
-            await store.publish(owners(2, "b"), leader.term)
+            await store.publish(owners(2, "b"), leader.fence)
             assert await next_within(updates) == owners(2, "b")  # watched: the stream is open
             await harness.restart_store()
-            await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.term))
+            await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.fence))
             assert await next_within(updates, 30) == owners(3, "c")
             assert not leader.is_lost()
 
@@ -767,6 +768,20 @@ class ProjectRegistryContract:
             assert await registry.projects(0) == frozenset()
 
 
+def _maybe_forged(fence: Leader, rng: random.Random) -> Leader:
+    """The leadership's own fence, or one a stale or confused leader could carry: another
+    term, another id with this term, or (where the store has incarnations) another
+    incarnation with this term."""
+    forgeries = [
+        replace(fence, term=fence.term - 1),
+        replace(fence, term=fence.term + 1),
+        replace(fence, leader_id="someone-else"),
+    ]
+    if fence.incarnation:
+        forgeries.append(replace(fence, incarnation=f"not-{fence.incarnation}"))
+    return rng.choice([fence, fence, *forgeries])
+
+
 @pytest.mark.anyio
 class CoordinationModelContract:
     """Every store against ``core.coordination``'s model, the oracle of its rules."""
@@ -788,16 +803,16 @@ class CoordinationModelContract:
             harness.registry() as registry,
         ):
             leader = await election.campaign("leader", LONG_TTL)
-            model = model.lead(Leader("leader", leader.term)).state
+            model = model.lead(leader.fence).state
             for step in range(40):
                 op = rng.choice(("publish", "claim", "claim", "release", "project"))
                 partition, member = rng.randrange(3), rng.choice("abc")
                 if op == "publish":
-                    term = leader.term + rng.choice((0, 0, -1, 1))
+                    fence = _maybe_forged(leader.fence, rng)
                     assignment = owners(rng.randint(1, 12), member, "", member)
-                    applied = model.publish(assignment, term)
+                    applied = model.publish(assignment, fence)
                     try:
-                        await store.publish(assignment, term)
+                        await store.publish(assignment, fence)
                         stored = True
                     except FencedError:
                         stored = False

@@ -15,6 +15,7 @@ runs the same two checks with leases that outlive a restart.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -218,11 +219,46 @@ class TestKafkaRestart:
             watching(store.watch()) as updates,
         ):
             leader = await election.campaign("leader", RESTART_TTL)
-            await store.publish(owners(1, "a"), leader.term)
+            await store.publish(owners(1, "a"), leader.fence)
             assert await next_within(updates) == owners(1, "a")
-            await store.publish(owners(2, "b"), leader.term)
+            await store.publish(owners(2, "b"), leader.fence)
             assert await next_within(updates) == owners(2, "b")
             await harness.restart_store()
-            await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.term))
+            await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.fence))
             assert await next_within(updates, 30) == owners(3, "c")
             assert not leader.is_lost()
+
+
+@pytest.mark.kafka
+@pytest.mark.anyio
+class TestKafkaSessionLease:
+    """The session's lease across a rebalance (``adapters.kafka._group``)."""
+
+    async def test_a_member_stuck_inside_a_rebalance_loses_its_lease_by_its_ttl(
+        self, harness: KafkaHarness
+    ) -> None:
+        """A member whose JoinGroup answer never gets processed (a paused process) must
+        count its lease lost by its TTL: the broker may drop it and give its partitions
+        away once the rebalance goes on without it."""
+        async with harness.membership() as first, harness.membership() as second:
+            lease = await first.join("m-stuck", SHORT_TTL)
+            session = lease._session
+            real_call = session._call
+            stuck = anyio.Event()
+
+            async def call(client: object, request: object, bound: float) -> object:
+                response = await real_call(client, request, bound)
+                if type(request).__name__.startswith("JoinGroupRequest"):
+                    stuck.set()
+                    await anyio.sleep_forever()  # the answer arrived; nobody reads it
+                return response
+
+            session._call = call  # type: ignore[method-assign]
+            other = await second.join("m-other", 30.0)  # a rebalance: the first rejoins
+            with anyio.fail_after(30):
+                await stuck.wait()
+            assert session.deadline <= time.monotonic() + SHORT_TTL
+            # The lease is a clock: wait for its own deadline, then it must be lost.
+            await anyio.sleep(max(0.0, session.deadline - time.monotonic()) + 0.01)
+            assert lease.is_lost()
+            await other.leave()

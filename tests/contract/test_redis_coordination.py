@@ -37,6 +37,8 @@ from adapters.redis import (
     RedisProjectRegistry,
     RedisSettings,
 )
+from adapters.redis._keys import Keys
+from core.errors import FencedError
 from core.ports import Leadership, MembershipLease
 from infra.local._process import ServerStartError
 from infra.local._testservers import ServerInfo
@@ -50,6 +52,9 @@ from tests.contract._coordination import (
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
+    next_within,
+    owners,
+    watching,
 )
 
 _PERSISTENT = ("--appendonly", "yes", "--appendfsync", "always")
@@ -192,3 +197,47 @@ class TestRedisProjectRegistry(ProjectRegistryContract):
 @pytest.mark.redis
 class TestRedisAgainstTheModel(CoordinationModelContract):
     pass
+
+
+@pytest.mark.redis
+@pytest.mark.anyio
+class TestRedisDataLoss:
+    """Redis may lose writes (no persistence, or ``appendfsync everysec`` losing its last
+    second): fencing and the assignment watch must hold across that."""
+
+    async def test_a_term_handed_out_twice_is_told_apart_by_the_owner_token(
+        self, harness: RedisHarness
+    ) -> None:
+        async with harness.election() as election, harness.store() as store:
+            leader = await election.campaign("l-old", 30.0)
+            await store.publish(owners(1, "a"), leader.fence)
+            # After a loss of writes, the counter handed the same term to another leader:
+            twin = f"other-token:{leader.term}:l-new"
+            await harness._admin.set(Keys(harness.settings.prefix).leader, twin, px=30_000)
+            with pytest.raises(FencedError, match="another leadership"):
+                await store.publish(owners(2, "b"), leader.fence)
+            assert await store.current() == owners(1, "a")
+
+    async def test_after_a_data_loss_the_new_leaders_term_is_higher_and_watchers_follow_it(
+        self, harness: RedisHarness
+    ) -> None:
+        async with (
+            harness.election() as election,
+            harness.store() as store,
+            watching(store.watch()) as seen,
+        ):
+            old = await election.campaign("l-1", 30.0)
+            for generation in range(1, 6):
+                await store.publish(owners(generation, "a"), old.fence)
+            while (latest := await next_within(seen, 10)).generation < 5:
+                pass
+            assert latest == owners(5, "a")
+            # The data is gone, the term counter with it (or rolled back to an old value).
+            await harness.clean()
+            await harness._admin.set(Keys(harness.settings.prefix).term, 1)
+            new = await election.campaign("l-2", 30.0)
+            assert new.term > old.term
+            with pytest.raises(FencedError):
+                await store.publish(owners(1, "x"), old.fence)
+            await store.publish(owners(1, "b"), new.fence)  # generations start again
+            assert await next_within(seen, 10) == owners(1, "b")

@@ -8,7 +8,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from core.coordination import Applied, CoordinationState, Hold, Leader
+from core.coordination import Applied, CoordinationState, Hold, Leader, supersedes
 from core.handoff import ClaimAction, decide_claim
 from core.model import Assignment
 
@@ -29,15 +29,22 @@ def test_a_refused_write_returns_the_same_state_and_says_why() -> None:
     assert applied.reason == "member 'a' is already live"
 
 
-def test_publish_needs_the_current_term_and_a_higher_generation() -> None:
+def test_publish_needs_the_leadership_in_office_and_a_higher_generation() -> None:
     state = CoordinationState()
     one = Assignment.from_members(1, 2, {"a": [0, 1]})
-    assert state.publish(one, 5).reason == "term 5 is not current: nobody leads now"
-    state = accepted(state.lead(Leader("l", 5)))
-    assert state.publish(one, 4).reason == "term 4 is not current: 'l' leads with term 5"
-    state = accepted(state.publish(one, 5))
+    fence = Leader("l", 5, "token-1")
+    assert state.publish(one, fence).reason == "term 5 is not current: nobody leads now"
+    state = accepted(state.lead(fence))
+    stale = Leader("l", 4, "token-0")
+    assert state.publish(one, stale).reason == "term 4 is not current: 'l' leads with term 5"
+    # the same term handed out twice (a store that lost writes): told apart by incarnation
+    twin = Leader("m", 5, "token-2")
+    assert state.publish(one, twin).reason == (
+        "term 5 is held by another leadership ('l', incarnation 'token-1')"
+    )
+    state = accepted(state.publish(one, fence))
     assert state.assignment == one and state.assignment_term == 5
-    assert state.publish(one, 5).reason == (
+    assert state.publish(one, fence).reason == (
         "generation 1 is not above the stored generation 1 (published by term 5)"
     )
 
@@ -118,13 +125,17 @@ class Cluster(RuleBasedStateMachine):
         assert self.state.leader is not None
         assert self.write(self.state.vacate(self.state.leader.term))
 
-    @rule(generation=st.integers(1, 20), stale_term=st.booleans())
-    def publish(self, generation: int, stale_term: bool) -> None:
-        leader = self.state.leader
-        term = (leader.term if leader else 0) - (1 if stale_term else 0)
+    @rule(generation=st.integers(1, 20), stale_term=st.booleans(), twin=st.booleans())
+    def publish(self, generation: int, stale_term: bool, twin: bool) -> None:
+        leader = self.state.leader or Leader("nobody", 0)
+        fence = Leader(
+            leader.leader_id,
+            leader.term - (1 if stale_term else 0),
+            f"twin-of-{leader.incarnation}" if twin else leader.incarnation,
+        )
         assignment = Assignment.from_members(generation, PARTITIONS, {})
-        if self.write(self.state.publish(assignment, term)):
-            assert leader is not None and term == leader.term
+        if self.write(self.state.publish(assignment, fence)):
+            assert fence == self.state.leader
             self.generations.append(generation)
 
     @rule(member=st.sampled_from(MEMBERS), partition=st.integers(0, PARTITIONS - 1))
@@ -164,3 +175,12 @@ class Cluster(RuleBasedStateMachine):
 
 TestCluster = Cluster.TestCase
 TestCluster.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+def test_a_newer_term_supersedes_even_with_a_lower_generation() -> None:
+    assert supersedes((5, 1), None)
+    assert supersedes((5, 2), (5, 1))
+    assert supersedes((7, 1), (5, 40))  # a new leader after the store lost its data
+    assert not supersedes((5, 1), (5, 1))
+    assert not supersedes((5, 1), (5, 2))
+    assert not supersedes((4, 9), (5, 2))
