@@ -314,7 +314,11 @@ class KafkaTransport(Lifecycle):
     async def _committed(self, partition: Partition, *, check_start: bool) -> tuple[int, str]:
         """(offset, metadata) committed for ``partition``; before any commit (or, with
         ``check_start``, when the commit is below the log start: retention deleted those
-        records) the earliest offset still in the log and no metadata."""
+        records) the earliest offset still in the log and no metadata. A commit above the
+        log end (the topic was recreated, or an unclean election or a lost single replica
+        cut the log's tail) counts as no commit: new records take the offsets the commit
+        claims, and starting there would skip them without a trace, so everything still
+        stored is read again (at-least-once; see the README's limits on reused offsets)."""
         s = self.settings
         admin, probe = self._started(self._admin), self._started(self._probe)
         got = await committed(
@@ -326,9 +330,22 @@ class KafkaTransport(Lifecycle):
             backoff=s.retry_backoff,
             coordinators=self._coordinators,
         )
+        tp = TopicPartition(s.topic, partition)
+        if partition in got:
+            with anyio.fail_after(s.request_timeout):
+                end = int((await probe.end_offsets([tp]))[tp])
+            if got[partition][0] > end:
+                log.error(
+                    "partition %d: committed offset %d is above the log end %d (the topic "
+                    "was recreated, or the log lost its tail): reading the partition from "
+                    "its start again, so no record stored under a reused offset is skipped",
+                    partition,
+                    got[partition][0],
+                    end,
+                )
+                del got[partition]
         if partition in got and not check_start:
             return got[partition]
-        tp = TopicPartition(s.topic, partition)
         with anyio.fail_after(s.request_timeout):
             start = int((await probe.beginning_offsets([tp]))[tp])
         if partition in got:

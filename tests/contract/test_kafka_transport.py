@@ -274,3 +274,32 @@ class TestKafkaTransport(TransportContract):
                 await admin.close()
             with anyio.fail_after(15), pytest.raises(PublishError, match=r"^3 of 3 messages"):
                 await transport.publish([envelope(0, sequence=i) for i in range(1, 4)])
+
+    async def test_a_commit_above_the_log_end_skips_no_new_record(
+        self, transport: ClosableTransport, settings: KafkaSettings
+    ) -> None:
+        """The topic was recreated (or an unclean election cut the log): the committed
+        offset is above the end. New records take the offsets the commit claims; they must
+        still be delivered and counted in the backlog."""
+        await transport.publish([envelope(5, "a", 1)])  # the topic exists, end offset 1
+        committer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap,
+            group_id=settings.offsets_group_id,
+            enable_auto_commit=False,
+        )
+        await committer.start()
+        try:
+            tp = TopicPartition(settings.topic, 5)
+            committer.assign([tp])
+            await committer.commit({tp: 1_000})
+        finally:
+            await committer.stop()
+        fresh = [envelope(5, "a", i) for i in range(2, 6)]
+        await transport.publish(fresh)
+        assert await transport.backlog(5) == 5
+        subscription = await transport.open(5, "h1")
+        got = await fetch_n(subscription, 5)
+        assert [d.envelope for d in got][1:] == fresh
+        await subscription.ack(got)
+        assert await transport.backlog(5) == 0
+        await subscription.close()
