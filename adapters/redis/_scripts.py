@@ -134,9 +134,10 @@ return 1
 """
 )
 
-# KEYS: leader, assignment, events. ARGV: term, generation, value, maxlen, owner token.
+# KEYS: leader, assignment, events. ARGV: term, generation, value, maxlen, owner token,
+# leader id.
 # -> {1} stored; {0} nobody leads; {-1, leader term} another term leads;
-#    {-3, leader term} this term, but another owner token (Redis lost writes and its
+#    {-3, leader term} this term, but another owner token or id (Redis lost writes and its
 #    counter handed the term out twice); {-2, stored generation} the stored generation is
 #    not lower.
 PUBLISH = (
@@ -144,9 +145,9 @@ PUBLISH = (
     + """
 local leader = redis.call('GET', KEYS[1])
 if not leader then return {0} end
-local token, term = string.match(leader, '^([^:]*):(%d+):')
+local term = string.match(leader, '^[^:]*:(%d+):')
 if term ~= ARGV[1] then return {-1, term or ''} end
-if token ~= ARGV[5] then return {-3, term} end
+if leader ~= ARGV[5] .. ':' .. ARGV[1] .. ':' .. ARGV[6] then return {-3, term} end
 local stored = redis.call('GET', KEYS[2])
 if stored then
   local ok, decoded = pcall(cjson.decode, stored)

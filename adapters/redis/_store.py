@@ -43,8 +43,8 @@ class RedisAssignmentStore(RedisAdapter):
     """
 
     async def publish(self, assignment: Assignment, fence: Leader) -> None:
-        """Store ``assignment`` if the leader key still holds ``fence``'s term and owner
-        token (its incarnation) and the stored generation is lower. Raises ``FencedError``
+        """Store ``assignment`` if the leader key still holds ``fence``'s owner token (its
+        incarnation), term and id and the stored generation is lower. Raises ``FencedError``
         otherwise (nothing stored)."""
         keys = self._keys
         term = fence.term
@@ -57,6 +57,7 @@ class RedisAssignmentStore(RedisAdapter):
                 encode_assignment(assignment, term),
                 self.settings.events_maxlen,
                 fence.incarnation,
+                fence.leader_id,
             ],
         )
         status = int(reply[0])
@@ -69,7 +70,7 @@ class RedisAssignmentStore(RedisAdapter):
             who = leader.decode(errors="replace").split(":", 2)[-1] if leader else "?"
             if status == -3:
                 raise FencedError(
-                    f"term {term} is held by another leadership ({who!r}, another owner "
+                    f"term {term} is held by another leadership ({who!r}, or another owner "
                     "token): Redis handed the term out twice after losing writes"
                 )
             raise FencedError(
