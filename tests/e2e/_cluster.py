@@ -50,6 +50,7 @@ __all__ = [
     "owners",
     "partitions_of",
     "settled",
+    "start_cluster",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -499,6 +500,22 @@ class Cluster:
             else:
                 history.append((time.time(), doc))
             await anyio.sleep(interval)
+
+
+async def start_cluster(
+    cluster: Cluster, leaders: tuple[str, ...], handlers: tuple[str, ...]
+) -> StatusDoc:
+    """Spawn everything at once, then wait until each is ready and the assignment settled."""
+    await cluster.start_gateway(ready=False)
+    for name in leaders:
+        await cluster.start_leader(name, ready=False)
+    for name in handlers:
+        await cluster.start_handler(name, ready=False)
+    for name in ("gateway", *leaders):
+        await cluster.wait_ready(name, within=60.0)
+    return await cluster.wait_for(
+        lambda d: settled(d, handlers), 60.0, f"{handlers} own and hold every partition"
+    )
 
 
 def summarize(doc: StatusDoc | None) -> str:

@@ -8,9 +8,12 @@ the log (``services.common.table``), never from the folder.
 Columns (written by the ParquetSink): message_id, project_id, partition, generation,
 handler_id, gateway_id, sequence, received_at, handled_at, kind, payload. In
 ``LandingZone`` tables, ``received_at`` and ``handled_at`` are float seconds since the
-epoch (comparable with ``time.time()``), and ``landed_at`` is added: the modification time
-of the row's file (when the write reached the disk, as opposed to ``handled_at``, stamped
-by the handler before it wrote; its commit follows at once).
+epoch (comparable with ``time.time()``), and two columns are added: ``landed_at``, the
+modification time of the row's file (when the write reached the disk, as opposed to
+``handled_at``, stamped by the handler before it wrote), and ``seen_at``, when this reader
+first found the file in the table (named by a commit: under its final name, visible to
+readers). A writer's clocks say what it meant; ``seen_at`` is an outside observer's: a
+paused writer's late write is caught by it, whatever the file's own times say.
 
 ``LandingZone.refresh()`` reads only the commits made since its last call and the files
 they add (and forgets files they remove), so tests can watch the zone grow while load runs.
@@ -19,6 +22,7 @@ they add (and forgets files they remove), so tests can watch the zone grow while
 from __future__ import annotations
 
 import io
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -66,14 +70,16 @@ def _seconds(column: Any) -> Any:
     return pc.divide(pc.cast(column, pa.int64()), float(_PER_SECOND[column.type.unit]))
 
 
-def _normalized(table: Any, mtime_ns: int) -> Any:
-    """Timestamps as float seconds (comparable with ``time.time()``), plus ``landed_at``."""
+def _normalized(table: Any, mtime_ns: int, seen_at: float) -> Any:
+    """Timestamps as float seconds (comparable with ``time.time()``), plus ``landed_at`` and
+    ``seen_at``."""
     for name in ("received_at", "handled_at"):
         if name in table.column_names:
             index = table.column_names.index(name)
             table = table.set_column(index, name, _seconds(table.column(name)))
     landed_at = pa.array([mtime_ns / 1e9] * table.num_rows, type=pa.float64())
-    return table.append_column("landed_at", landed_at)
+    table = table.append_column("landed_at", landed_at)
+    return table.append_column("seen_at", pa.array([seen_at] * table.num_rows, pa.float64()))
 
 
 class LandingZone:
@@ -97,6 +103,7 @@ class LandingZone:
         """Catch up with the table; returns how many rows were added (net). Runs an event
         loop of its own: call it where none runs (``anyio.to_thread.run_sync``)."""
         state = anyio.run(self._view.refresh)
+        seen_at = time.time()
         added = 0
         changed = False
         for path in [p for p in self._tables if p not in state.files]:  # compacted away
@@ -105,7 +112,7 @@ class LandingZone:
             added -= old.num_rows
             changed = True
         for path in sorted(state.files.keys() - self._tables.keys()):
-            table = _normalized(*self._read(path))
+            table = _normalized(*self._read(path), seen_at)
             self._ids.update(table.column("message_id").to_pylist())
             self._tables[path] = table
             added += table.num_rows
@@ -164,6 +171,7 @@ def _empty_table() -> Any:
             "handler_id": pa.array([], pa.string()),
             "handled_at": pa.array([], pa.float64()),
             "landed_at": pa.array([], pa.float64()),
+            "seen_at": pa.array([], pa.float64()),
         }
     )
 
@@ -173,7 +181,7 @@ def read_landed(data_dir: Path) -> Any:
     landed_at). Runs an event loop of its own, like ``LandingZone.refresh``."""
     files = [str(data_dir / path) for path in sorted(read_table(data_dir).files)]
     if not files:
-        return _empty_table().drop_columns(["landed_at"])
+        return _empty_table().drop_columns(["landed_at", "seen_at"])
     return ds.dataset(files, format="parquet").to_table()
 
 

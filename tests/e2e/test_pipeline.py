@@ -8,11 +8,8 @@ each test also writes them as JSON into its pytest tmp dir.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +22,7 @@ import pytest
 
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_minio
+from tests.e2e._analytics import run_audit, run_cli
 from tests.e2e._cluster import (
     ACK_WAIT,
     LEASE_TTL,
@@ -35,6 +33,7 @@ from tests.e2e._cluster import (
     owners,
     partitions_of,
     settled,
+    start_cluster,
 )
 from tests.e2e._landed import LandingZone, duplicates
 from tests.e2e._load import LoadGenerator, LoadPlan
@@ -59,22 +58,6 @@ History = list[tuple[float, StatusDoc]]
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-async def start_cluster(
-    cluster: Cluster, leaders: tuple[str, ...], handlers: tuple[str, ...]
-) -> StatusDoc:
-    """Spawn everything at once, then wait until each is ready and the assignment settled."""
-    await cluster.start_gateway(ready=False)
-    for name in leaders:
-        await cluster.start_leader(name, ready=False)
-    for name in handlers:
-        await cluster.start_handler(name, ready=False)
-    for name in ("gateway", *leaders):
-        await cluster.wait_ready(name, within=60.0)
-    return await cluster.wait_for(
-        lambda d: settled(d, handlers), 60.0, f"{handlers} own and hold every partition"
-    )
 
 
 async def wait_all_landed(zone: LandingZone, expected: set[str], within: float) -> set[str]:
@@ -441,38 +424,6 @@ async def test_nothing_is_lost_or_duplicated_when_the_object_store_stops(
     assert not missing, f"{len(missing)} accepted messages never landed"
     assert not dupes, f"{len(dupes)} messages landed twice, e.g. {sorted(dupes)[:5]}"
     assert set(zone.ids()) == accepted
-
-
-def run_audit(cluster: Cluster) -> dict[str, Any]:
-    """``shoal analytics audit ZONE --drain-marker --ledger LEDGER --json``."""
-    return run_cli(
-        cluster, "audit", "--drain-marker", "--ledger", str(cluster.data_dir / "_ledger")
-    )
-
-
-def run_cli(cluster: Cluster, command: str, *options: str) -> dict[str, Any]:
-    """``shoal analytics COMMAND ZONE OPTIONS --json`` in a subprocess (with the cluster's
-    SHOAL_S3_* settings when the zone is on S3): its JSON, once it exits 0."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "services.cli.main",
-            "analytics",
-            command,
-            str(cluster.zone),
-            *options,
-            "--json",
-        ],
-        env={**os.environ, **cluster.extra_env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, f"{command} exited {done.returncode}: {done.stderr[-2000:]}"
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 def _payload_mismatches(table: Any, accepted: dict[str, int]) -> int:

@@ -1,0 +1,325 @@
+"""Faults injected into a running cluster under steady load, one after another, each
+measured as a row: what was lost and duplicated among the messages accepted while it
+lasted, and how long until the pipeline recovered.
+
+A row's messages are those the gateway accepted from the fault's start until the next
+fault's (the load generator's acceptance order); after the last fault the load stops, the
+zone is drained and every row is judged against what landed. "Recovered" is measured
+where it matters: the partitions the fault hit land again (a row stamped after the fault,
+in a file a reader can see), or, for a leader, the status shows a new term in office.
+
+Observation crosses processes, so it polls: the leader's status (``record_status``) and
+the landing table (``watch_zone``, which also notes when each file first became visible:
+``seen_at``, the outside observer's clock that judges a paused writer).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tests.e2e._cluster import (
+    LEASE_TTL,
+    Cluster,
+    StatusDoc,
+    member_ids,
+    partitions_of,
+    settled,
+    start_cluster,
+)
+from tests.e2e._landed import LandingZone, duplicates
+from tests.e2e._load import LoadGenerator, LoadPlan
+
+__all__ = [
+    "FAILOVER_BOUND",
+    "HANDLERS",
+    "LEADERS",
+    "LOAD",
+    "FaultRun",
+    "Row",
+]
+
+HANDLERS = ("h1", "h2", "h3")
+LEADERS = ("leader-a", "leader-b")
+LOAD = LoadPlan(messages=None, projects=500, batch=10, concurrency=8, rate=800.0)
+PAUSE = LEASE_TTL + 3.0  # SIGSTOP past the lease
+SHORT_PAUSE = LEASE_TTL / 2 - 1.0  # SIGSTOP well under half the lease: no rebalance
+RECOVERY_BOUND = LEASE_TTL + 20.0  # a dead handler's partitions land again within this
+FAILOVER_BOUND = LEASE_TTL + 2.0  # a new leader is in office within this of the old one's end
+ZONE_POLL = 0.5
+
+
+@dataclass
+class Row:
+    """One fault, as the table reports it."""
+
+    backends: str
+    fault: str
+    first: int  # index (acceptance order) of the first message accepted during the fault
+    last: int = 0  # one past the last
+    recovery_s: float | None = None
+    lost: int = 0
+    duplicated: int = 0
+    notes: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        recovery = "-" if self.recovery_s is None else f"{self.recovery_s:.1f}"
+        notes = " ".join(f"{k}={v}" for k, v in self.notes.items())
+        return (
+            f"FAULT {self.backends:<12} {self.fault:<44} accepted={self.last - self.first:>6} "
+            f"lost={self.lost} duplicated={self.duplicated} recovery_s={recovery} {notes}"
+        ).rstrip()
+
+
+class FaultRun:
+    """A cluster under ``LOAD`` with two leaders and ``HANDLERS``, and the faults to inject.
+    Use ``async with FaultRun(...)`` inside the cluster; it starts and stops the load and
+    the observers."""
+
+    def __init__(self, cluster: Cluster, backends: str) -> None:
+        self.cluster = cluster
+        self.backends = backends
+        self.zone = LandingZone(cluster.zone, cluster.s3)
+        self.history: list[tuple[float, StatusDoc]] = []
+        self.rows: list[Row] = []
+        self.load: LoadGenerator | None = None
+        self._stop_load = anyio.Event()
+        self._zone_lock = anyio.Lock()  # a LandingZone is read by one refresh at a time
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def start(self, tg: Any, plan: LoadPlan = LOAD) -> None:
+        cluster = self.cluster
+        await start_cluster(cluster, LEADERS, HANDLERS)
+        tg.start_soon(cluster.record_status, self.history)
+        tg.start_soon(self.watch_zone)
+        self.load = LoadGenerator(cluster.process("gateway").url, plan)
+        tg.start_soon(self.load.run, self._stop_load)
+        await self.load.wait_accepted(2_000)
+
+    async def finish(self, within: float = 120.0) -> set[str]:
+        """Stop the load, wait until every accepted message landed (at most ``within`` s),
+        judge every row; the ids still missing."""
+        load = self._load()
+        self._stop_load.set()
+        await load.wait_stopped()
+        accepted = list(load.summary.accepted)
+        missing = set(accepted)
+        with anyio.move_on_after(within):
+            while missing:
+                await self.refresh_zone()
+                missing = set(accepted) - self.zone.ids().keys()
+                if missing:
+                    await anyio.sleep(ZONE_POLL)
+        dupes = duplicates(self.zone.ids())
+        for index, row in enumerate(self.rows):
+            end = self.rows[index + 1].first if index + 1 < len(self.rows) else len(accepted)
+            window = accepted[row.first : end]
+            row.last = end
+            row.lost = sum(1 for m in window if m in missing)
+            row.duplicated = sum(1 for m in window if m in dupes)
+        return missing
+
+    def _load(self) -> LoadGenerator:
+        if self.load is None:
+            raise RuntimeError("start the run first")
+        return self.load
+
+    def _begin(self, fault: str) -> Row:
+        row = Row(self.backends, fault, first=len(self._load().summary.accepted))
+        self.rows.append(row)
+        return row
+
+    async def refresh_zone(self) -> None:
+        async with self._zone_lock:
+            await anyio.to_thread.run_sync(self.zone.refresh)
+
+    async def watch_zone(self) -> None:
+        while True:
+            await self.refresh_zone()
+            await anyio.sleep(ZONE_POLL)
+
+    async def settle(self, handlers: Collection[str], within: float = 60.0) -> StatusDoc:
+        return await self.cluster.wait_for(
+            lambda d: settled(d, handlers), within, f"{sorted(handlers)} own and hold everything"
+        )
+
+    async def landing_again(
+        self, partitions: Collection[int], since: float, within: float
+    ) -> float | None:
+        """Seconds from ``since`` until each of ``partitions`` has a visible row stamped
+        after ``since`` (None if not within ``within``)."""
+        wanted = pa.array(sorted(partitions), pa.int64())
+        with anyio.move_on_after(within):
+            while True:
+                table = self.zone.table()
+                if table.num_rows:
+                    recent = table.filter(
+                        pc.and_(
+                            pc.greater_equal(table.column("handled_at"), since),
+                            pc.is_in(pc.cast(table.column("partition"), pa.int64()), wanted),
+                        )
+                    )
+                    firsts = recent.group_by("partition").aggregate([("handled_at", "min")])
+                    if firsts.num_rows == len(wanted):
+                        return float(pc.max(firsts.column("handled_at_min")).as_py()) - since
+                await anyio.sleep(ZONE_POLL)
+        return None
+
+    def _seen(self, predicate: Callable[[StatusDoc], bool], after: float) -> float | None:
+        return next((at for at, doc in self.history if at >= after and predicate(doc)), None)
+
+    async def _failover(self, row: Row, term: int, since: float) -> None:
+        """Wait until a term above ``term`` is in office; its first sighting after ``since``
+        is the row's recovery, bounded by ``FAILOVER_BOUND``."""
+
+        def newer(doc: StatusDoc) -> bool:
+            return doc["leader"] is not None and int(doc["leader"]["term"]) > term
+
+        await self.cluster.wait_for(newer, FAILOVER_BOUND + 20.0, f"a term above {term}")
+        # The recorder may not have logged the document wait_for just saw: take whichever
+        # sighting came first.
+        took_over = min(time.time(), self._seen(newer, since) or float("inf"))
+        row.recovery_s = took_over - since
+        if row.recovery_s > FAILOVER_BOUND:
+            row.problems.append(f"failover took {row.recovery_s:.1f} s (bound {FAILOVER_BOUND} s)")
+
+    # -- the faults --------------------------------------------------------------------------
+
+    async def handler_killed(self, victim: str = "h1") -> Row:
+        """SIGKILL a handler in the middle of its batches; it comes back under its id."""
+        row = self._begin("handler SIGKILL mid-batch")
+        cluster = self.cluster
+        held = partitions_of(await cluster.status(), victim)
+        killed_at = cluster.kill(victim, signal.SIGKILL)
+        await cluster.wait_exit(victim, 5.0)
+        row.recovery_s = await self.landing_again(held, killed_at, RECOVERY_BOUND)
+        if row.recovery_s is None:
+            row.problems.append(f"{victim}'s partitions did not land again in {RECOVERY_BOUND} s")
+        row.notes["partitions"] = len(held)
+        await cluster.start_handler(victim, ready=False)
+        await self.settle(HANDLERS)
+        return row
+
+    async def handler_paused_past_lease(self, victim: str = "h2") -> Row:
+        """SIGSTOP a handler past its lease, SIGCONT it: its partitions move on, and once it
+        wakes it makes nothing visible for what it lost (judged by when files appear)."""
+        row = self._begin("handler SIGSTOP past its lease, SIGCONT")
+        cluster = self.cluster
+        held = partitions_of(await cluster.status(), victim)
+        stopped_at = cluster.kill(victim, signal.SIGSTOP)
+        lost = await cluster.wait_for(
+            lambda d: victim not in member_ids(d) and not partitions_of(d, victim),
+            PAUSE + 10.0,
+            f"{victim}'s partitions are given to others while it is stopped",
+        )
+        lost_generation = int(lost["generation"])
+        row.recovery_s = await self.landing_again(held, stopped_at, RECOVERY_BOUND)
+        if row.recovery_s is None:
+            row.problems.append(f"{victim}'s partitions did not land again in {RECOVERY_BOUND} s")
+        # The pause's length is the fault being injected, not a synchronisation.
+        await anyio.sleep(max(0.0, stopped_at + PAUSE - time.time()))
+        resumed_at = cluster.kill(victim, signal.SIGCONT)
+        await self.settle(HANDLERS)
+        # A write it had in flight gets the time to become visible before it is judged.
+        await anyio.sleep(max(0.0, resumed_at + 3.0 - time.time()))
+        await self.refresh_zone()
+        table = self.zone.table()
+        zombie = table.filter(
+            pc.and_(
+                pc.and_(
+                    pc.equal(table.column("handler_id"), victim),
+                    pc.less_equal(table.column("generation"), lost_generation),
+                ),
+                pc.and_(
+                    pc.is_in(
+                        pc.cast(table.column("partition"), pa.int64()),
+                        pa.array(sorted(held), pa.int64()),
+                    ),
+                    pc.greater_equal(table.column("seen_at"), stopped_at + LEASE_TTL),
+                ),
+            )
+        )
+        row.notes["partitions"] = len(held)
+        row.notes["zombie_rows"] = zombie.num_rows
+        if zombie.num_rows:
+            row.problems.append(
+                f"{victim} made {zombie.num_rows} rows of partitions it had lost visible "
+                "after its lease expired"
+            )
+        return row
+
+    async def handler_paused_briefly(self, victim: str = "h3") -> Row:
+        """SIGSTOP a handler for well under half its lease: nothing is rebalanced, and its
+        partitions land again soon after SIGCONT."""
+        row = self._begin("handler SIGSTOP under half its lease")
+        cluster = self.cluster
+        before = await cluster.status()
+        held, generation = partitions_of(before, victim), int(before["generation"])
+        stopped_at = cluster.kill(victim, signal.SIGSTOP)
+        await anyio.sleep(SHORT_PAUSE)  # the fault's length
+        resumed_at = cluster.kill(victim, signal.SIGCONT)
+        row.recovery_s = await self.landing_again(held, resumed_at, RECOVERY_BOUND)
+        if row.recovery_s is None:
+            row.problems.append(f"{victim}'s partitions did not land again after SIGCONT")
+        rebalanced = [
+            int(doc["generation"])
+            for at, doc in self.history
+            if stopped_at <= at and int(doc["generation"]) != generation
+        ]
+        row.notes["generations_after"] = sorted(set(rebalanced))
+        if rebalanced:
+            row.problems.append(f"a pause under half the lease rebalanced: {rebalanced[:3]}")
+        return row
+
+    async def leader_killed(self) -> Row:
+        """SIGKILL the active leader: the standby is in office within the lease TTL + 2 s;
+        the killed one comes back as the standby."""
+        row = self._begin("leader SIGKILL")
+        cluster = self.cluster
+        leader = await cluster.active_leader()
+        assert leader is not None, "nobody leads before the leader is killed"
+        old, term = leader
+        killed_at = cluster.kill(old, signal.SIGKILL)
+        await cluster.wait_exit(old, 5.0)
+        await self._failover(row, term, killed_at)
+        await cluster.start_leader(old)
+        await self.settle(HANDLERS)
+        return row
+
+    async def leader_paused_past_lease(self, extra_handler: str = "h4") -> Row:
+        """SIGSTOP the active leader past its lease, SIGCONT it while the member set changes:
+        the new leader publishes, the old one's stale term publishes nothing."""
+        row = self._begin("leader SIGSTOP past its lease, SIGCONT")
+        cluster = self.cluster
+        leader = await cluster.active_leader()
+        assert leader is not None, "nobody leads before the leader is paused"
+        old, term = leader
+        stopped_at = cluster.kill(old, signal.SIGSTOP)
+        await self._failover(row, term, stopped_at)
+        # A member joins while the old leader sleeps and leaves as it wakes: it has a
+        # member change to act on with its stale term.
+        await cluster.start_handler(extra_handler, ready=False)
+        await self.settle((*HANDLERS, extra_handler))
+        await anyio.sleep(max(0.0, stopped_at + PAUSE - time.time()))  # the fault's length
+        resumed_at = cluster.kill(old, signal.SIGCONT)
+        cluster.kill(extra_handler, signal.SIGTERM)
+        await cluster.wait_exit(extra_handler, 30.0)
+        await self.settle(HANDLERS)
+        stale = [
+            e
+            for e in cluster.process(old).log_events("published assignment")
+            if int(e.get("term", -1)) <= term and float(e.get("ts", 0)) >= resumed_at
+        ]
+        row.notes["stale_publishes"] = len(stale)
+        if stale:
+            row.problems.append(f"{old} published under its stale term {term}: {stale[:2]}")
+        return row
