@@ -36,7 +36,7 @@ class Keys:
 
     @property
     def term(self) -> str:
-        """The fencing counter: INCR on every election."""
+        """The fencing counter: each election sets it to max(counter + 1, server clock in ms)."""
         return f"{self.root}term"
 
     @property
