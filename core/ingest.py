@@ -14,6 +14,8 @@ from core.messages import Envelope, MessageKind, is_valid_project_id
 from core.partitioning import partition_for
 
 __all__ = [
+    "LANDABLE_SINCE",
+    "LANDABLE_UNTIL",
     "IngestLimits",
     "InvalidRequestError",
     "announcement",
@@ -21,6 +23,12 @@ __all__ = [
     "stamp",
     "unprocessable",
 ]
+
+
+# The landed table dates every row by the UTC day of received_at (years 1..9999): a
+# message outside it (a record from another producer) would fail every batch it is in.
+LANDABLE_SINCE = -62_135_596_800.0  # 0001-01-01T00:00:00Z
+LANDABLE_UNTIL = 253_402_300_800.0  # 10000-01-01T00:00:00Z
 
 
 class InvalidRequestError(ShoalError, ValueError):
@@ -148,4 +156,6 @@ def unprocessable(envelope: Envelope, partition: int) -> str | None:
         return f"project id {envelope.project_id!r} is not one safe token"
     if envelope.partition != partition:
         return f"it names partition {envelope.partition} but was stored on partition {partition}"
+    if not LANDABLE_SINCE <= envelope.received_at < LANDABLE_UNTIL:  # False for NaN too
+        return f"received_at {envelope.received_at!r} is not a time the landing table can date"
     return None

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from adapters._parquet_format import layout, to_table
 from core.ingest import unprocessable
 from core.landing import (
     InvalidRollPolicyError,
@@ -14,7 +15,7 @@ from core.landing import (
     RollReason,
     roll_reason,
 )
-from core.messages import PROJECT_ID_PATTERN, Envelope
+from core.messages import PROJECT_ID_PATTERN, Envelope, LandedRow
 from core.retry import deliveries_exhausted, retry_delay
 
 policies = st.builds(
@@ -187,14 +188,14 @@ def test_retry_delay_refuses_a_cap_below_base() -> None:
         retry_delay(1, base=2.0, cap=1.0)
 
 
-def _envelope(project_id: str, partition: int) -> Envelope:
+def _envelope(project_id: str, partition: int, received_at: float = 0.0) -> Envelope:
     return Envelope(
         message_id="m1",
         project_id=project_id,
         partition=partition,
         gateway_id="gw",
         sequence=1,
-        received_at=0.0,
+        received_at=received_at,
         payload=b"{}",
     )
 
@@ -217,3 +218,19 @@ def test_a_message_is_unprocessable_for_a_bad_project_or_a_foreign_partition(
         assert problem is not None and "not one safe token" in problem
     elif named != stored_on:
         assert problem == f"it names partition {named} but was stored on partition {stored_on}"
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_a_message_is_processable_exactly_when_the_landing_table_can_date_it(
+    received_at: float,
+) -> None:
+    # A poison message from another producer: one bad timestamp would fail every batch.
+    problem = unprocessable(_envelope("projA", 3, received_at), 3)
+    row = LandedRow(_envelope("projA", 3, received_at), 1, "h1", 0.0)
+    try:
+        layout([row])
+        to_table([row])
+    except (ValueError, OverflowError, OSError):
+        assert problem is not None and "received_at" in problem
+    else:
+        assert problem is None
