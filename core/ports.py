@@ -3,17 +3,19 @@
 Every port is async (anyio on asyncio). Adapters are async context managers: entering
 connects and starts whatever background work the adapter owns; leaving stops it and
 releases every resource, and is bounded in time. Nothing connects at import time.
-Each port has an in-memory adapter and real adapters, all run through one contract
-suite in ``tests/contract``.
+Each port has real adapters, and an in-memory one where the services' in-process tests
+need it (every port but DeadLetterQueue), all run through one contract suite per port in
+``tests/contract``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from core.coordination import Hold, Leader
+from core.dead_letters import DeadLetter
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.retry import DeadLetterReason
@@ -22,6 +24,7 @@ from core.table import Commit, LandedFile, StoredFile, TableState
 __all__ = [
     "AcceptanceLedger",
     "AssignmentStore",
+    "DeadLetterQueue",
     "Delivery",
     "Election",
     "HoldStore",
@@ -303,6 +306,29 @@ class Transport(Protocol):
 
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         """Answer a project announcement (the reference's reg.response). Best effort."""
+        ...
+
+
+class DeadLetterQueue(Protocol):
+    """The transport's dead-letter store, for operators (``shoal dlq``) and the audit."""
+
+    async def letters(self) -> Sequence[DeadLetter]:
+        """Every stored dead letter, oldest first. Raises ``BrokerUnavailableError`` when
+        the broker does not answer."""
+        ...
+
+    async def replay(self, message_ids: Collection[str] | None) -> int:
+        """Put the named letters (every one when None) back on their partitions, each
+        message id once and under its own id, then remove them from the store; returns how
+        many messages were put back. Raises ``UnknownDeadLetterError`` (nothing changed)
+        when an id is not stored, ``PublishError`` when the broker did not confirm (what
+        was confirmed is removed; the rest stays)."""
+        ...
+
+    async def purge(self, message_ids: Collection[str] | None) -> int:
+        """Drop the named letters (every one when None); returns how many stored letters
+        were dropped. Raises ``UnknownDeadLetterError`` (nothing changed) when an id is not
+        stored."""
         ...
 
 

@@ -8,7 +8,8 @@ sent without one). Envelope fields in headers, key the project id, value the pay
 group ``shoal.{group}`` without joining it; per-record settlement (bulk ack, dead_letter),
 ack deadlines and delivery counts are emulated on top (``_subscription``,
 ``_settlements``).
-Dead letters go to ``shoal.dlq`` (``_dead_letter``), registration replies to ``shoal.reg``.
+Dead letters go to ``shoal.dlq`` (``_dead_letter``; ``KafkaDeadLetterQueue`` lists, replays
+and purges them), registration replies to ``shoal.reg``.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.
 
 Coordination (``KafkaMembership``, ``KafkaLoadReports``, ``KafkaElection``,
@@ -25,6 +26,7 @@ while their member's session is in the group.
 """
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
+from adapters.kafka._dead_letter_queue import KafkaDeadLetterQueue
 from adapters.kafka._election import KafkaElection, KafkaLeadership
 from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
 from adapters.kafka._reports import KafkaLoadReports
@@ -37,6 +39,7 @@ __all__ = [
     "DeadLetterHook",
     "DeadLetterReason",
     "KafkaAssignmentStore",
+    "KafkaDeadLetterQueue",
     "KafkaDelivery",
     "KafkaElection",
     "KafkaHoldStore",

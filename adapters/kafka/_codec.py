@@ -12,7 +12,10 @@ Headers (UTF-8 values; Kafka header values are bytes, so any string survives as 
 - ``Shoal-Kind``         ``announce`` or ``data``
 
 Dead letters add ``Shoal-Dead-Reason``, ``Shoal-Dead-Attempts`` and ``Shoal-Source``
-(``topic/partition/offset`` of the original record).
+(``topic/partition/offset`` of the original record). A replayed dead letter carries
+``Shoal-Replay`` (its dead-letter offset): subscriptions then tell it from a duplicate of
+the original (``dedupe_key``). A record settling dead letters carries ``Shoal-Dead-Settles``
+(their offsets, comma-separated) and no envelope.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ __all__ = [
     "H_DEAD_ATTEMPTS",
     "H_DEAD_REASON",
     "H_MSG_ID",
+    "H_REPLAY",
+    "H_SETTLES",
     "H_SOURCE",
     "Encoded",
     "decode",
+    "dedupe_key",
     "encode",
     "envelope_headers",
 ]
@@ -43,6 +49,8 @@ H_KIND = "Shoal-Kind"
 H_DEAD_REASON = "Shoal-Dead-Reason"
 H_DEAD_ATTEMPTS = "Shoal-Dead-Attempts"
 H_SOURCE = "Shoal-Source"
+H_REPLAY = "Shoal-Replay"
+H_SETTLES = "Shoal-Dead-Settles"
 
 Headers = list[tuple[str, bytes]]
 
@@ -83,6 +91,14 @@ def envelope_headers(envelope: Envelope) -> Headers:
         (H_RECEIVED_AT, repr(float(envelope.received_at)).encode()),
         (H_KIND, envelope.kind.value.encode()),
     ]
+
+
+def dedupe_key(headers: Iterable[tuple[str, bytes]] | None, message_id: str) -> str:
+    """What duplicates are detected by: the message id, told apart per replay."""
+    for name, raw in headers or ():
+        if name == H_REPLAY:
+            return f"{message_id}|replay:{(raw or b'').decode(errors='replace')}"
+    return message_id
 
 
 def decode(

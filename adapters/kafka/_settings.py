@@ -13,7 +13,7 @@ Shared by the transport and the Kafka coordination adapters. Names:
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -147,3 +147,11 @@ class KafkaSettings(BaseSettings):
     def ms(self, seconds: float) -> int:
         """Seconds as whole milliseconds (aiokafka takes ``*_ms`` integers)."""
         return max(1, round(seconds * 1000))
+
+    def client_options(self) -> dict[str, Any]:
+        """What every aiokafka client of the transport side is built with."""
+        return {
+            "bootstrap_servers": list(self.bootstrap_servers),
+            "request_timeout_ms": self.ms(self.request_timeout),
+            "retry_backoff_ms": self.ms(self.retry_backoff),
+        }

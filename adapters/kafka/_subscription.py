@@ -47,7 +47,7 @@ import anyio
 import anyio.lowlevel
 
 from adapters.kafka._aiokafka import ConsumerStoppedError, KafkaError, stop_quietly
-from adapters.kafka._codec import decode
+from adapters.kafka._codec import decode, dedupe_key
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
@@ -247,7 +247,8 @@ class KafkaSubscription:
                 fallback_id=f"{self._s.topic}:{self.partition}:{o}",
                 fallback_time=(r.timestamp or 0) / 1000,
             )
-            if self._duplicate(envelope.message_id, o, int(r.timestamp or 0)):
+            key = dedupe_key(r.headers, envelope.message_id)
+            if self._duplicate(key, o, int(r.timestamp or 0)):
                 settlements.settle(o)
                 self._version += 1
                 continue
@@ -260,19 +261,19 @@ class KafkaSubscription:
             out.append(KafkaDelivery(self, entry))
         return out
 
-    def _duplicate(self, message_id: str, offset: int, timestamp: int) -> bool:
+    def _duplicate(self, key: str, offset: int, timestamp: int) -> bool:
         s = self._s
         if s.duplicate_cache <= 0 or s.duplicate_window <= 0:
             return False
-        seen = self._recent.get(message_id)
+        seen = self._recent.get(key)
         if (
             seen is not None
             and seen[0] != offset
             and abs(timestamp - seen[1]) <= (s.duplicate_window * 1000)
         ):
             return True
-        self._recent[message_id] = (offset, timestamp)
-        self._recent.move_to_end(message_id)
+        self._recent[key] = (offset, timestamp)
+        self._recent.move_to_end(key)
         while len(self._recent) > s.duplicate_cache:
             self._recent.popitem(last=False)
         return False

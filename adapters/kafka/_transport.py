@@ -90,11 +90,7 @@ class KafkaTransport(Lifecycle):
 
     async def _start(self) -> None:
         s = self.settings
-        common: dict[str, Any] = {
-            "bootstrap_servers": list(s.bootstrap_servers),
-            "request_timeout_ms": s.ms(s.request_timeout),
-            "retry_backoff_ms": s.ms(s.retry_backoff),
-        }
+        common = s.client_options()
         self._admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **common)
         await self._admin.start()
         await ensure_topics(self._admin, s)

@@ -6,10 +6,12 @@ WorkQueue stream), registration replies on ``{prefix}.p{p}.{project}.reg.respons
 NATS, not stored). One durable pull consumer per partition (``p{p}``, filters
 ``{prefix}.p{p}`` and ``{prefix}.p{p}.*.data``), so consumers stay O(partitions).
 Envelope fields travel in headers, the message id as ``Nats-Msg-Id`` (see ``_codec``).
-Dead letters go to a second stream (see ``_dead_letter``).
+Dead letters go to a second stream (see ``_dead_letter``); ``NatsDeadLetterQueue`` lists,
+replays and purges them.
 """
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
+from adapters.nats._dead_letter_queue import NatsDeadLetterQueue
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subscription import NatsDelivery, NatsSubscription
 from adapters.nats._transport import NatsTransport
@@ -17,6 +19,7 @@ from adapters.nats._transport import NatsTransport
 __all__ = [
     "DeadLetterHook",
     "DeadLetterReason",
+    "NatsDeadLetterQueue",
     "NatsDelivery",
     "NatsSettings",
     "NatsSubscription",

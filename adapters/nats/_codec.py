@@ -3,6 +3,9 @@
 Two headers (free-text ids are percent-encoded so any string survives):
 
 - ``Nats-Msg-Id``     message_id (JetStream drops a second publish inside the window)
+- ``Shoal-Msg-Id``    only on dead-letter copies and replays: the message_id, while
+  ``Nats-Msg-Id`` names that one copy or replay (the message id alone would be dropped as a
+  duplicate inside the window when a replayed message dies again)
 - ``Shoal-Envelope``  ``v1 KIND PARTITION SEQUENCE RECEIVED_AT GATEWAY PROJECT``, separated
   by single spaces: kind ``announce`` or ``data``, partition and sequence in decimal,
   received_at the ``repr`` of the float (an exact round trip), the gateway id (possibly
@@ -30,9 +33,11 @@ __all__ = [
     "decode",
     "encode",
     "envelope_headers",
+    "headers_deduplicated_as",
 ]
 
 H_MSG_ID = "Nats-Msg-Id"
+H_REPLAYED_ID = "Shoal-Msg-Id"
 H_ENVELOPE = "Shoal-Envelope"
 _ENVELOPE_VERSION = "v1"
 _KINDS = {kind.value: kind for kind in MessageKind}
@@ -73,6 +78,15 @@ def envelope_headers(envelope: Envelope) -> dict[str, str]:
     return {H_MSG_ID: quote(envelope.message_id, safe=""), H_ENVELOPE: " ".join(fields)}
 
 
+def headers_deduplicated_as(envelope: Envelope, dedupe_id: str) -> dict[str, str]:
+    """``envelope``'s headers with ``dedupe_id`` as the id JetStream deduplicates on; the
+    message id travels in ``Shoal-Msg-Id``."""
+    headers = envelope_headers(envelope)
+    headers[H_REPLAYED_ID] = headers[H_MSG_ID]
+    headers[H_MSG_ID] = quote(dedupe_id, safe="")
+    return headers
+
+
 def decode(
     subject: str,
     headers: Mapping[str, str] | None,
@@ -89,7 +103,7 @@ def decode(
     packed = h.get(H_ENVELOPE)
     if packed is not None:
         try:
-            return _unpack(unquote(h[H_MSG_ID]), packed, payload)
+            return _unpack(unquote(h.get(H_REPLAYED_ID) or h[H_MSG_ID]), packed, payload)
         except (KeyError, ValueError):
             pass
     try:

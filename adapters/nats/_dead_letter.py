@@ -10,8 +10,9 @@ any other, by the handler that fetched it.
 The dead-letter stream (default ``SHOAL_DLQ``, subjects ``shoal.dlq.>``, limits
 retention, ``dead_letter_max_age``) keeps each copy under
 ``{dead_letter_prefix}.p{partition}.{project}`` with the envelope headers, plus
-``Shoal-Dead-Reason`` and ``Shoal-Dead-Attempts``; its ``Nats-Msg-Id`` is the message id,
-so a copy made twice (a termination whose confirmation was lost) is stored once.
+``Shoal-Dead-Reason`` and ``Shoal-Dead-Attempts``; its ``Nats-Msg-Id`` is the message id
+and the work-stream sequence, so a copy made twice (a termination whose confirmation was
+lost) is stored once, while a replayed message that dies again is stored again.
 
 Then the hook runs (``log_dead_letter`` by default), and the transport counts it.
 """
@@ -25,7 +26,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason
-from adapters.nats._codec import H_DEAD_ATTEMPTS, H_DEAD_REASON, envelope_headers
+from adapters.nats._codec import H_DEAD_ATTEMPTS, H_DEAD_REASON, headers_deduplicated_as
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from core.messages import Envelope
@@ -65,9 +66,12 @@ class DeadLetters:
             duplicate_window=s.duplicate_window,
         )
 
-    async def store(self, envelope: Envelope, reason: DeadLetterReason, attempts: int) -> None:
-        """Copy ``envelope`` to the dead-letter stream; raises if JetStream did not confirm."""
-        headers = envelope_headers(envelope)
+    async def store(
+        self, envelope: Envelope, reason: DeadLetterReason, attempts: int, position: int
+    ) -> None:
+        """Copy ``envelope`` (at work-stream sequence ``position``) to the dead-letter
+        stream; raises if JetStream did not confirm."""
+        headers = headers_deduplicated_as(envelope, f"{envelope.message_id}@{position}")
         headers[H_DEAD_REASON] = reason
         headers[H_DEAD_ATTEMPTS] = str(attempts)
         await self._js.publish(

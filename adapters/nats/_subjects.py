@@ -67,6 +67,16 @@ class Subjects:
     def dead_letter_subjects(self) -> list[str]:
         return [f"{self.dead_letter_prefix}.>"]
 
+    def parse_dead_letter(self, subject: str) -> ParsedSubject | None:
+        """Partition and project of a dead-letter subject (kind data); None if not one."""
+        head = self.dead_letter_prefix + ".p"
+        if not subject.startswith(head):
+            return None
+        partition, _, project = subject[len(head) :].partition(".")
+        if not partition.isdigit() or not project or "." in project:
+            return None
+        return ParsedSubject(int(partition), None if project == "_" else project, MessageKind.DATA)
+
     def parse(self, subject: str) -> ParsedSubject | None:
         """Partition, project and kind of a work-stream subject; None if it is not one."""
         head = self.prefix + "."

@@ -103,7 +103,7 @@ class NatsDelivery:
             return
         self._settled = True
         try:
-            await self._dead.store(self._envelope, reason, self._attempt)
+            await self._dead.store(self._envelope, reason, self._attempt, self._position)
             await self._request(_TERM)
         except BaseException:
             self._settled = False

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeAlias
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -64,6 +64,18 @@ LANDED_READ_SCHEMA = StructType(
         StructField("kind", StringType()),
         StructField("payload", BinaryType()),
         StructField("date", StringType()),  # from the file's path (date=YYYY-MM-DD)
+    ]
+)
+
+DeadLetterKey: TypeAlias = tuple[str, str, int, float]
+"""A dead letter as the audit matches it: gateway_id, project_id, sequence, received_at."""
+
+DEAD_LETTER_SCHEMA = StructType(
+    [
+        StructField("gateway_id", StringType()),
+        StructField("project_id", StringType()),
+        StructField("sequence", LongType()),
+        StructField("dead_received_at", TimestampType()),
     ]
 )
 
@@ -166,6 +178,7 @@ class SparkAnalytics:
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         drained: bool = False,
         ledger_dir: Path | None = None,
+        dead_letters: Sequence[DeadLetterKey] = (),
         worst: int = 20,
         max_ranges: int = 100,
     ) -> AuditResult:
@@ -175,7 +188,9 @@ class SparkAnalytics:
         flight); otherwise those accepted at or before ``cutoff = as_of - settle_seconds``
         (``as_of`` defaults to now). Accepted: from ``ledger_dir`` (the gateway's ledger)
         when given, else inferred from the landed sequences. See the package docstring.
-        ``files``: the table's committed files (see ``_landed``).
+        ``files``: the table's committed files (see ``_landed``). ``dead_letters``: the
+        transport's dead letters as ``(gateway_id, project_id, sequence, received_at)``; a
+        due sequence among them that did not land is dead-lettered, not lost.
         """
         with self._spark_errors():
             return self._audit(
@@ -185,6 +200,7 @@ class SparkAnalytics:
                 settle_seconds=settle_seconds,
                 drained=drained,
                 ledger_dir=ledger_dir,
+                dead_letters=dead_letters,
                 worst=worst,
                 max_ranges=max_ranges,
             )
@@ -198,6 +214,7 @@ class SparkAnalytics:
         settle_seconds: float,
         drained: bool,
         ledger_dir: Path | None,
+        dead_letters: Sequence[DeadLetterKey],
         worst: int,
         max_ranges: int,
     ) -> AuditResult:
@@ -226,7 +243,7 @@ class SparkAnalytics:
         try:
             first = per_seq.agg(F.coalesce(F.sum("announcements"), F.lit(0))).first()
             announcements = int(first[0]) if first is not None else 0
-            data_seq = per_seq.filter(F.col("n") > 0)
+            data_seq = self._with_dead(per_seq.filter(F.col("n") > 0), dead_letters)
             if ledger is None:
                 per_series, missing = self._due_from_sequences(data_seq, cutoff)
                 refused = None
@@ -261,6 +278,7 @@ class SparkAnalytics:
             accepted=totals["accepted"],
             landed=totals["landed"],
             lost=totals["lost"],
+            dead_lettered=totals["dead_lettered"],
             duplicated=totals["duplicated"],
             conflicting=totals["conflicting"],
             after_cutoff=totals["after"] + (0 if with_ledger else totals["outside"]),
@@ -290,12 +308,14 @@ class SparkAnalytics:
             "is_due", F.coalesce(F.col("sequence") <= F.col("last"), F.lit(False))
         )
         due = F.col("is_due")
+        landed = F.col("n") > 0
         per_series = (
             rows.groupBy(*SERIES)
             .agg(
                 F.coalesce(F.max("last"), F.lit(0)).alias("accepted"),
                 _total(due, F.col("n")).alias("landed"),
-                _total(due).alias("unique"),
+                _total(due & landed).alias("unique"),
+                _total(due & ~landed & F.col("dead")).alias("dead_lettered"),
                 _total(due & F.col("conflict")).alias("conflicting"),
                 _total(~due, F.col("n")).alias("outside"),
             )
@@ -338,22 +358,24 @@ class SparkAnalytics:
             .groupBy(*key)  # a ledger line written twice must not count twice
             .agg(F.max("due").alias("due"))
         )
-        rows = accepted.join(data_seq.select(*key, "n", "conflict"), key, "full_outer")
+        rows = accepted.join(data_seq.select(*key, "n", "conflict", "dead"), key, "full_outer")
         due = F.col("due") == F.lit(True)
         not_due = F.col("due") == F.lit(False)
-        landed = F.col("n").isNotNull()
+        landed = F.coalesce(F.col("n"), F.lit(0)) > 0
+        dead = F.coalesce(F.col("dead"), F.lit(False))
         per_series = rows.groupBy(*SERIES).agg(
             _total(due).alias("accepted"),
             _total(due & landed, F.col("n")).alias("landed"),
             _total(due & landed).alias("unique"),
+            _total(due & ~landed & dead).alias("dead_lettered"),
             _total(due & F.col("conflict")).alias("conflicting"),
             _total(not_due & landed, F.col("n")).alias("after"),
-            _total(not_due & ~landed).alias("in_flight"),
+            _total(not_due & ~landed & ~dead).alias("in_flight"),
             _total(F.col("due").isNull() & landed, F.col("n")).alias("outside"),
         )
         order = Window.partitionBy(*SERIES).orderBy("sequence")
         missing = (
-            rows.filter(due & ~landed)
+            rows.filter(due & ~landed & ~dead)
             .withColumn("run", F.col("sequence") - F.row_number().over(order))
             .groupBy(*SERIES, "run")
             .agg(F.min("sequence").alias("first"), F.max("sequence").alias("last"))
@@ -361,18 +383,43 @@ class SparkAnalytics:
         )
         return per_series, missing
 
+    def _with_dead(self, data_seq: DataFrame, dead_letters: Sequence[DeadLetterKey]) -> DataFrame:
+        """``data_seq`` (landed sequences) with ``dead``: the sequence is a dead letter. A
+        dead letter that never landed is a row of its own (``n`` 0), so a gap it explains
+        is no loss and a tail it ends is accepted."""
+        key = [*SERIES, "sequence"]
+        if not dead_letters:
+            return data_seq.withColumn("dead", F.lit(False))
+        dead = (
+            self.spark.createDataFrame(
+                [(g, p, int(s), datetime.fromtimestamp(t, UTC)) for g, p, s, t in dead_letters],
+                DEAD_LETTER_SCHEMA,
+            )
+            .groupBy(*key)
+            .agg(F.min("dead_received_at").alias("dead_received_at"))
+        )
+        return data_seq.join(dead, key, "full_outer").select(
+            *key,
+            F.coalesce(F.col("n"), F.lit(0)).alias("n"),
+            F.coalesce(F.col("conflict"), F.lit(False)).alias("conflict"),
+            F.coalesce(F.col("received_at"), F.col("dead_received_at")).alias("received_at"),
+            F.col("dead_received_at").isNotNull().alias("dead"),
+        )
+
     def _audit_totals(
         self, per_series: DataFrame, worst: int, ledger: bool
     ) -> tuple[dict[str, int], tuple[SeriesAudit, ...]]:
         self._step("audit: matching accepted against landed")
         per_series = (
-            per_series.withColumn("lost", F.col("accepted") - F.col("unique"))
+            per_series.withColumn(
+                "lost", F.col("accepted") - F.col("unique") - F.col("dead_lettered")
+            )
             .withColumn("duplicated", F.col("landed") - F.col("unique"))
             .cache()
         )
         names = (
-            "accepted", "landed", "lost", "duplicated", "conflicting", "after", "in_flight",
-            "outside",
+            "accepted", "landed", "lost", "dead_lettered", "duplicated", "conflicting", "after",
+            "in_flight", "outside",
         )  # fmt: skip
         try:
             row = per_series.agg(

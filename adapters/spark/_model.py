@@ -71,13 +71,15 @@ def nines(lost: int, accepted: int) -> tuple[float | None, bool]:
     return -math.log10(lost / accepted), False
 
 
-def nines_text(lost: int, accepted: int) -> str:
-    value, bound = nines(lost, accepted)
+def nines_text(failed: int, accepted: int) -> str:
+    """``nines`` in words; ``failed``: lost or dead-lettered."""
+    value, bound = nines(failed, accepted)
     if value is None:
         return "n/a (nothing accepted)"
     if bound:
-        return f"≥ {math.floor(value * 100) / 100:.2f} nines (no loss among {accepted:,} accepted)"
-    return f"{value:.2f} nines (loss ratio {lost / accepted:.3g})"
+        floor = math.floor(value * 100) / 100
+        return f"≥ {floor:.2f} nines (none lost or dead-lettered among {accepted:,} accepted)"
+    return f"{value:.2f} nines (lost or dead-lettered: ratio {failed / accepted:.3g})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ class AuditResult:
 
     ``accepted``: sequences that were due (accepted at or before the cutoff); ``landed``:
     rows landed for them, duplicates included; ``lost``: due sequences with no row;
+    ``dead_lettered``: due sequences with no row that are in the transport's dead letters
+    (given to the audit; not lost, but failed: the nines count them with the lost);
     ``duplicated``: rows beyond the first per due sequence; ``conflicting``: due sequences
     landed under more than one message id (a gateway bug, never expected).
     ``after_cutoff``: rows landed for sequences that were not yet due (not counted).
@@ -136,6 +140,7 @@ class AuditResult:
     conflicting: int
     after_cutoff: int
     announcements: int
+    dead_lettered: int = 0
     in_flight: int | None = None
     refused: int | None = None
     unacknowledged: int | None = None
@@ -157,11 +162,16 @@ class AuditResult:
         return per_million(self.duplicated, self.accepted)
 
     @property
+    def failed(self) -> int:
+        """Lost or dead-lettered: what the six-nines target counts."""
+        return self.lost + self.dead_lettered
+
+    @property
     def nines(self) -> str:
-        return nines_text(self.lost, self.accepted)
+        return nines_text(self.failed, self.accepted)
 
     def to_json(self) -> dict[str, Any]:
-        value, bound = nines(self.lost, self.accepted)
+        value, bound = nines(self.failed, self.accepted)
         return {
             "data_dir": self.data_dir,
             "mode": self.mode,
@@ -173,6 +183,7 @@ class AuditResult:
             "accepted": self.accepted,
             "landed": self.landed,
             "lost": self.lost,
+            "dead_lettered": self.dead_lettered,
             "duplicated": self.duplicated,
             "conflicting": self.conflicting,
             "lost_per_million": self.lost_per_million,

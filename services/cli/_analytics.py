@@ -44,6 +44,7 @@ from adapters.spark import (
 )
 from core.assignment import AssignmentOptions, AssignmentRequest, strategy_named
 from core.errors import CommitRefusedError
+from core.messages import MessageKind
 from core.partitioning import DEFAULT_PARTITIONS
 from core.table import TableState
 from services.cli._compact import (
@@ -52,6 +53,7 @@ from services.cli._compact import (
     Compaction,
     compact,
 )
+from services.cli._dlq import stored_letters
 from services.common.landing_zone import is_object_store
 from services.common.table import read_table
 
@@ -312,12 +314,21 @@ def audit(
     no_ledger: Annotated[
         bool, typer.Option("--no-ledger", help="ignore any ledger: infer from sequences")
     ] = False,
+    dead_letters: Annotated[
+        bool,
+        typer.Option(
+            "--dead-letters",
+            help="read the transport's dead letters (as `shoal dlq list` does) and count an "
+            "accepted message among them as dead-lettered, not lost",
+        ),
+    ] = False,
     worst: Annotated[int, typer.Option(help="series to list, worst first", min=0)] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     master: Master = None,
     quiet: Quiet = False,
 ) -> None:
-    """Accepted vs landed per (gateway, project): lost, duplicated, nines. Exit 1 on loss."""
+    """Accepted vs landed per (gateway, project): lost, dead-lettered, duplicated, nines.
+    Exit 1 on loss."""
     if drain_marker and as_of is not None:
         _fail("--drain-marker and --as-of exclude each other", EXIT_USAGE)
     moment = parse_time(as_of) if as_of is not None else None
@@ -331,6 +342,15 @@ def audit(
         and (zone / "_ledger").is_dir()
     ):
         ledger_dir = zone / "_ledger"
+    dead = (
+        [
+            (e.gateway_id, e.project_id, e.sequence, e.received_at)
+            for e in (letter.envelope for letter in stored_letters())
+            if e.kind is MessageKind.DATA and e.sequence >= 1
+        ]
+        if dead_letters
+        else []
+    )
     with _analytics(master, quiet or as_json, zone) as analytics:
         result = analytics.audit(
             zone,
@@ -339,6 +359,7 @@ def audit(
             settle_seconds=settle,
             drained=drain_marker,
             ledger_dir=ledger_dir,
+            dead_letters=dead,
             worst=worst,
         )
     if as_json:
@@ -369,6 +390,12 @@ def _print_audit(result: AuditResult) -> None:
     table.add_row("accepted", f"{result.accepted:,}", "")
     table.add_row("landed", f"{result.landed:,}", _ppm(result.landed, result.accepted))
     table.add_row("lost", f"{result.lost:,}", f"{result.lost_per_million:,.1f}")
+    if result.dead_lettered:
+        table.add_row(
+            "dead-lettered",
+            f"{result.dead_lettered:,}",
+            _ppm(result.dead_lettered, result.accepted),
+        )
     table.add_row("duplicated", f"{result.duplicated:,}", f"{result.duplicated_per_million:,.1f}")
     console.print(table)
     console.print(f"delivery: {result.nines}", markup=False)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -57,6 +57,7 @@ class Stack:
     pid: int | None
     status_urls: tuple[str, ...]
     dashboard: str | None
+    transport_env: Mapping[str, str] = field(default_factory=dict)
 
 
 def state_file() -> Path:
@@ -83,12 +84,16 @@ def _stack_of(entry: object) -> Stack | None:
     pid = entry.get("pid")
     urls = entry.get("status_urls")
     dashboard = entry.get("dashboard")
+    env = entry.get("transport_env")
     return Stack(
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         status_urls=tuple(u for u in urls if isinstance(u, str) and u)
         if isinstance(urls, list)
         else (),
         dashboard=dashboard if isinstance(dashboard, str) else None,
+        transport_env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(env, Mapping)
+        else {},
     )
 
 

@@ -121,6 +121,7 @@ class _Stack:
         self.gateway_url = ""
         self.status_urls: list[str] = []
         self.servers: dict[str, str] = {}
+        self.transport_env: dict[str, str] = {}  # how `shoal dlq` reaches the broker
 
     def env(self, **extra: str) -> dict[str, str]:
         """The parent's environment (so any SHOAL_* the user set applies), then ours."""
@@ -184,6 +185,7 @@ def _write_state(stack: _Stack, dashboard: str) -> Path:
         "data_dir": str(stack.zone),
         "log_dir": str(stack.log_dir),
         "servers": stack.servers,
+        "transport_env": stack.transport_env,
         "started_at": time.time(),
     }
     temporary = path.with_suffix(".tmp")
@@ -246,6 +248,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
         )
         etcd = await servers.astart(start_etcd, stack.run_dir / "etcd", keep=True)
         stack.servers = {"nats": nats.url, "etcd": etcd.endpoint}
+        stack.transport_env = {"SHOAL_TRANSPORT": "nats", "SHOAL_NATS_URL": nats.url}
         if is_object_store(stack.zone):
             await _object_store(stack, servers)
         gateway_port = _port(options.gateway_port)

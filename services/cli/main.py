@@ -16,6 +16,7 @@ from core.errors import ShoalError
 from core.partitioning import DEFAULT_PARTITIONS, partition_for
 from services.cli import _simulate, _status
 from services.cli._analytics import analytics_app
+from services.cli._dlq import dlq_app
 from services.cli.devices import LoadPlan, LoadSummary, run_devices
 
 __all__ = ["app", "main"]
@@ -36,6 +37,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(analytics_app, name="analytics")
+app.add_typer(dlq_app, name="dlq")
 
 
 def _fail(message: str) -> NoReturn:

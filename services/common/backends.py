@@ -20,6 +20,7 @@ from adapters.etcd import (
 )
 from adapters.kafka import (
     KafkaAssignmentStore,
+    KafkaDeadLetterQueue,
     KafkaElection,
     KafkaHoldStore,
     KafkaLoadReports,
@@ -28,7 +29,7 @@ from adapters.kafka import (
     KafkaSettings,
     KafkaTransport,
 )
-from adapters.nats import NatsSettings, NatsTransport
+from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
 from adapters.redis import (
     RedisAssignmentStore,
     RedisElection,
@@ -90,4 +91,9 @@ class Backends(containers.DeclarativeContainer):
         config.transport,
         nats=providers.Factory(NatsTransport, nats_settings),
         kafka=providers.Factory(KafkaTransport, kafka_settings),
+    )
+    dead_letter_queue = providers.Selector(
+        config.transport,
+        nats=providers.Factory(NatsDeadLetterQueue, nats_settings),
+        kafka=providers.Factory(KafkaDeadLetterQueue, kafka_settings),
     )

@@ -3,9 +3,9 @@
 An adapter's test module subclasses ``TransportContract`` and supplies:
 
 - ``features``: what the adapter promises (checks that do not apply are skipped);
-- a ``make_transport`` fixture: a factory ``(dead_letter_hook) -> async context manager``
-  returning a fresh, isolated transport with ack_wait ``ACK_WAIT`` and the default
-  duplicate window;
+- a ``make_transport`` fixture (in the class or its module): a factory
+  ``(dead_letter_hook) -> async context manager`` returning a fresh, isolated transport
+  with ack_wait ``ACK_WAIT`` and the default duplicate window;
 - for ``persistent`` adapters, a ``crash_and_restart`` fixture: an async callable that
   kills the server (kill -9) and brings it back with its data.
 
@@ -96,10 +96,6 @@ class TransportContract:
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
     features: ClassVar[Features] = Features()
-
-    @pytest.fixture
-    def make_transport(self) -> TransportFactory:
-        raise NotImplementedError
 
     @pytest.fixture
     def crash_and_restart(self) -> Callable[[], Awaitable[None]]:

@@ -13,10 +13,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, unused-ignore]
 
-from adapters.kafka import KafkaSettings, KafkaTransport
+from adapters.kafka import KafkaDeadLetterQueue, KafkaSettings, KafkaTransport
 from adapters.kafka._settlements import Settlements
 from core.errors import BrokerUnavailableError, PublishError
 from infra.local._testservers import ServerInfo
+from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
 from tests.contract._transport import (
     ACK_WAIT,
     ClosableTransport,
@@ -96,40 +97,42 @@ async def read_topic(bootstrap: str, topic: str, n: int, limit: float = 15.0) ->
         await consumer.stop()
 
 
+@pytest.fixture
+async def settings(kafka_server: ServerInfo) -> AsyncIterator[KafkaSettings]:
+    tag = uuid.uuid4().hex[:10]  # topics and an offsets group of their own per test
+    settings = KafkaSettings(
+        bootstrap_servers=tuple(kafka_server.endpoints),
+        group=f"t{tag}",
+        topic=f"t{tag}.data",
+        dead_letter_topic=f"t{tag}.dlq",
+        registration_topic=f"t{tag}.reg",
+        partitions=PARTITIONS,
+        ack_wait=ACK_WAIT,
+        retry_backoff=0.1,
+    )
+    yield settings
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_server.endpoint)
+    await admin.start()
+    try:
+        with anyio.move_on_after(10):
+            await admin.delete_topics(
+                [settings.topic, settings.dead_letter_topic, settings.registration_topic]
+            )
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def make_transport(settings: KafkaSettings) -> TransportFactory:
+    def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
+        return KafkaTransport(settings, dead_letter=dead)
+
+    return make
+
+
 @pytest.mark.kafka
 class TestKafkaTransport(TransportContract):
     features = Features(persistent=True)
-
-    @pytest.fixture
-    async def settings(self, kafka_server: ServerInfo) -> AsyncIterator[KafkaSettings]:
-        tag = uuid.uuid4().hex[:10]  # topics and an offsets group of their own per test
-        settings = KafkaSettings(
-            bootstrap_servers=tuple(kafka_server.endpoints),
-            group=f"t{tag}",
-            topic=f"t{tag}.data",
-            dead_letter_topic=f"t{tag}.dlq",
-            registration_topic=f"t{tag}.reg",
-            partitions=PARTITIONS,
-            ack_wait=ACK_WAIT,
-            retry_backoff=0.1,
-        )
-        yield settings
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_server.endpoint)
-        await admin.start()
-        try:
-            with anyio.move_on_after(10):
-                await admin.delete_topics(
-                    [settings.topic, settings.dead_letter_topic, settings.registration_topic]
-                )
-        finally:
-            await admin.close()
-
-    @pytest.fixture
-    def make_transport(self, settings: KafkaSettings) -> TransportFactory:
-        def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
-            return KafkaTransport(settings, dead_letter=dead)
-
-        return make
 
     @pytest.fixture
     def crash_and_restart(self, kafka_server: ServerInfo) -> Callable[[], Awaitable[None]]:
@@ -303,3 +306,10 @@ class TestKafkaTransport(TransportContract):
         await subscription.ack(got)
         assert await transport.backlog(5) == 0
         await subscription.close()
+
+
+@pytest.mark.kafka
+class TestKafkaDeadLetterQueue(DeadLetterQueueContract):
+    @pytest.fixture
+    def make_queue(self, settings: KafkaSettings) -> QueueFactory:
+        return lambda: KafkaDeadLetterQueue(settings)

@@ -7,15 +7,17 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from urllib.parse import unquote
 
 import anyio
 import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from adapters.nats import NatsSettings, NatsTransport
+from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
 from core.errors import PublishError
 from infra.local._testservers import ServerInfo
+from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
 from tests.contract._transport import (
     ACK_WAIT,
     ClosableTransport,
@@ -27,37 +29,39 @@ from tests.contract._transport import (
 )
 
 
+@pytest.fixture
+async def settings(nats_server: ServerInfo) -> AsyncIterator[NatsSettings]:
+    tag = uuid.uuid4().hex[:10]  # a stream and subjects of its own for every test
+    settings = NatsSettings(
+        url=nats_server.url,
+        stream=f"T{tag}",
+        subject_prefix=f"t{tag}.data",
+        dead_letter_stream=f"T{tag}_DLQ",
+        dead_letter_prefix=f"t{tag}.dlq",
+        ack_wait=ACK_WAIT,
+        reconnect_wait=0.2,
+    )
+    yield settings
+    nc = await nats.connect(settings.url)
+    try:
+        for stream in (settings.stream, settings.dead_letter_stream):
+            with contextlib.suppress(NotFoundError):
+                await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def make_transport(settings: NatsSettings) -> TransportFactory:
+    def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
+        return NatsTransport(settings, dead_letter=dead)
+
+    return make
+
+
 @pytest.mark.nats
 class TestNatsTransport(TransportContract):
     features = Features(persistent=True)
-
-    @pytest.fixture
-    async def settings(self, nats_server: ServerInfo) -> AsyncIterator[NatsSettings]:
-        tag = uuid.uuid4().hex[:10]  # a stream and subjects of its own for every test
-        settings = NatsSettings(
-            url=nats_server.url,
-            stream=f"T{tag}",
-            subject_prefix=f"t{tag}.data",
-            dead_letter_stream=f"T{tag}_DLQ",
-            dead_letter_prefix=f"t{tag}.dlq",
-            ack_wait=ACK_WAIT,
-            reconnect_wait=0.2,
-        )
-        yield settings
-        nc = await nats.connect(settings.url)
-        try:
-            for stream in (settings.stream, settings.dead_letter_stream):
-                with contextlib.suppress(NotFoundError):
-                    await nc.jetstream().delete_stream(stream)
-        finally:
-            await nc.close()
-
-    @pytest.fixture
-    def make_transport(self, settings: NatsSettings) -> TransportFactory:
-        def make(dead: DeadLetterLog) -> AbstractAsyncContextManager[ClosableTransport]:
-            return NatsTransport(settings, dead_letter=dead)
-
-        return make
 
     @pytest.fixture
     def crash_and_restart(self, nats_server: ServerInfo) -> Callable[[], Awaitable[None]]:
@@ -117,7 +121,9 @@ class TestNatsTransport(TransportContract):
             assert raw.headers is not None
             assert raw.headers["Shoal-Dead-Reason"] == "max_deliver"
             assert raw.headers["Shoal-Dead-Attempts"] == "2"
-            assert raw.headers["Nats-Msg-Id"] == doomed.message_id
+            # The message id, and the copy's own dedupe id (id @ work-stream sequence).
+            assert raw.headers["Shoal-Msg-Id"] == doomed.message_id
+            assert unquote(raw.headers["Nats-Msg-Id"]).startswith(f"{doomed.message_id}@")
         finally:
             await nc.close()
 
@@ -131,3 +137,10 @@ class TestNatsTransport(TransportContract):
             await nc.close()
         with anyio.fail_after(15), pytest.raises(PublishError, match=r"^3 of 3 messages"):
             await transport.publish([envelope(0, sequence=i) for i in range(1, 4)])
+
+
+@pytest.mark.nats
+class TestNatsDeadLetterQueue(DeadLetterQueueContract):
+    @pytest.fixture
+    def make_queue(self, settings: NatsSettings) -> QueueFactory:
+        return lambda: NatsDeadLetterQueue(settings)

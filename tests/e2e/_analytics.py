@@ -14,9 +14,15 @@ __all__ = ["run_audit", "run_cli"]
 
 
 def run_audit(cluster: Cluster) -> dict[str, Any]:
-    """``shoal analytics audit ZONE --drain-marker --ledger LEDGER --json``."""
+    """``shoal analytics audit ZONE --drain-marker --ledger LEDGER --dead-letters --json``
+    (the dead letters read from the cluster's transport)."""
     return run_cli(
-        cluster, "audit", "--drain-marker", "--ledger", str(cluster.data_dir / "_ledger")
+        cluster,
+        "audit",
+        "--drain-marker",
+        "--ledger",
+        str(cluster.data_dir / "_ledger"),
+        "--dead-letters",
     )
 
 
@@ -34,7 +40,12 @@ def run_cli(cluster: Cluster, command: str, *options: str) -> dict[str, Any]:
             *options,
             "--json",
         ],
-        env={**os.environ, **cluster.extra_env},
+        env={
+            **os.environ,
+            **cluster.settings_env(),
+            **cluster.extra_env,
+            "SHOAL_STATE_DIR": str(cluster.work_dir / "state"),
+        },
         capture_output=True,
         text=True,
         timeout=300,

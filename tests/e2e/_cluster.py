@@ -41,6 +41,7 @@ from infra.local.servers import free_port
 
 __all__ = [
     "STATUS_POLL",
+    "CliResult",
     "Cluster",
     "ProcessExitedError",
     "ServiceProcess",
@@ -164,6 +165,13 @@ def settled(doc: StatusDoc, members: Collection[str]) -> bool:
 
 
 # --- the cluster ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    out: str
+    err: str
 
 
 class Cluster:
@@ -452,6 +460,21 @@ class Cluster:
         """(leader id, term) from the status document, None while nobody leads."""
         leader = (await self.status()).get("leader")
         return None if leader is None else (str(leader["id"]), int(leader["term"]))
+
+    async def cli(self, *args: str) -> CliResult:
+        """``shoal ARGS`` in a subprocess with this cluster's settings (and no ``shoal up``
+        stack to fall back on), as an operator would run it."""
+        done = await anyio.run_process(
+            [sys.executable, "-m", "services.cli.main", *args],
+            cwd=REPO_ROOT,
+            env={**self._env, "SHOAL_STATE_DIR": str(self.work_dir / "state")},
+            check=False,
+        )
+        return CliResult(done.returncode, done.stdout.decode(), done.stderr.decode())
+
+    def settings_env(self) -> dict[str, str]:
+        """The SHOAL_* settings this cluster's processes run with."""
+        return {k: v for k, v in self._env.items() if k.startswith("SHOAL_")}
 
     async def wait_for(
         self,

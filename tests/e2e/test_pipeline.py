@@ -283,7 +283,7 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
         f"landed={audit['landed']} lost={audit['lost']} duplicated={audit['duplicated']} "
         f"accepted_from={audit['accepted_from']} nines={audit['nines_text']!r}"
     )
-    assert audit["lost"] == 0
+    assert audit["lost"] == 0 and audit["dead_lettered"] == 0
     assert audit["accepted"] == len(accepted)
     assert audit["duplicated"] == figures["duplicate_rows"]
     # Exactly once: the kills left no message landed twice (the audit agrees above).

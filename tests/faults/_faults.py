@@ -15,16 +15,23 @@ the landing table (``watch_zone``, which also notes when each file first became 
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from core.messages import Envelope
+from core.partitioning import partition_for
+from services.common.backends import Backends
 from tests.e2e._cluster import (
     LEASE_TTL,
     Cluster,
@@ -54,6 +61,7 @@ SHORT_PAUSE = LEASE_TTL / 2 - 1.0  # SIGSTOP well under half the lease: no rebal
 RECOVERY_BOUND = LEASE_TTL + 20.0  # a dead handler's partitions land again within this
 FAILOVER_BOUND = LEASE_TTL + 2.0  # a new leader is in office within this of the old one's end
 ZONE_POLL = 0.5
+DEAD_LETTER_BOUND = 30.0  # a poison message is listed as a dead letter within this
 
 
 @dataclass
@@ -323,3 +331,81 @@ class FaultRun:
         if stale:
             row.problems.append(f"{old} published under its stale term {term}: {stale[:2]}")
         return row
+
+    async def poison_message(self) -> Row:
+        """A message no handler can land (a record from another producer whose timestamp
+        no landing table can date) is dead-lettered while its partition keeps landing;
+        ``shoal dlq list`` and ``show`` find it, ``replay`` puts it back on its partition
+        (where it dies again: it is still poison), ``purge`` drops it, and an unknown id
+        changes nothing."""
+        row = self._begin("poison message; shoal dlq list/show/replay/purge")
+        cluster = self.cluster
+        project = "poison-project"
+        partition = partition_for(project, cluster.partitions)
+        poison = Envelope(
+            message_id=f"poison-{uuid.uuid4().hex[:12]}",
+            project_id=project,
+            partition=partition,
+            gateway_id="another-producer",
+            sequence=0,
+            received_at=1e20,
+            payload=b'{"poison": true}',
+        )
+        injected_at = time.time()
+        async with self._transport() as transport:
+            await transport.publish([poison])
+        first = await self._dead_letter_listed(poison.message_id, ())
+        row.notes["dead_lettered_s"] = round(time.time() - injected_at, 1)
+        if first["reason"] != "unprocessable" or first["partition"] != partition:
+            row.problems.append(f"listed as {first}")
+        # The partition keeps landing (every partition does: the poison is out of the way).
+        row.recovery_s = await self.landing_again([partition], injected_at, RECOVERY_BOUND)
+        if row.recovery_s is None:
+            row.problems.append(f"partition {partition} stopped landing behind the poison")
+        shown = await cluster.cli("dlq", "show", poison.message_id)
+        if shown.code != 0 or json.loads(shown.out)["payload"] != '{"poison": true}':
+            row.problems.append(f"dlq show: exit {shown.code} {shown.out[:200]} {shown.err}")
+        unknown = await cluster.cli("dlq", "replay", poison.message_id, "no-such-message")
+        if unknown.code != 2 or "no-such-message" not in unknown.err:
+            row.problems.append(f"replay of an unknown id: exit {unknown.code} {unknown.err}")
+        if [letter["position"] for letter in await self._dead_letters()] != [first["position"]]:
+            row.problems.append("a refused replay changed the dead letters")
+        replayed = await cluster.cli("dlq", "replay", poison.message_id)
+        if replayed.code != 0 or "replayed 1 message" not in replayed.out:
+            row.problems.append(f"dlq replay: exit {replayed.code} {replayed.out} {replayed.err}")
+        # Back on its partition, still poison: dead-lettered again, at a new position.
+        await self._dead_letter_listed(poison.message_id, (first["position"],))
+        purged = await cluster.cli("dlq", "purge", "--all")
+        if purged.code != 0 or await self._dead_letters():
+            row.problems.append(f"dlq purge --all: exit {purged.code} {purged.out} {purged.err}")
+        row.notes["partition"] = partition
+        return row
+
+    def _transport(self) -> Any:
+        """The cluster's transport, configured as its processes are (unentered)."""
+        with mock.patch.dict(os.environ, self.cluster.settings_env()):
+            backends = Backends()
+            backends.config.from_dict(
+                {
+                    "coordination": os.environ["SHOAL_COORDINATION"],
+                    "transport": os.environ["SHOAL_TRANSPORT"],
+                    "group": os.environ["SHOAL_GROUP"],
+                    "partitions": int(os.environ["SHOAL_PARTITIONS"]),
+                    "strategy": "sticky",
+                }
+            )
+            return backends.transport()
+
+    async def _dead_letters(self) -> list[dict[str, Any]]:
+        listed = await self.cluster.cli("dlq", "list", "--json")
+        assert listed.code == 0, f"shoal dlq list: exit {listed.code}: {listed.err}"
+        return [json.loads(line) for line in listed.out.splitlines() if line.strip()]
+
+    async def _dead_letter_listed(self, message_id: str, not_at: Collection[int]) -> dict[str, Any]:
+        """The listing of ``message_id`` at a position not in ``not_at``, once it appears."""
+        with anyio.fail_after(DEAD_LETTER_BOUND):
+            while True:
+                for letter in await self._dead_letters():
+                    if letter["message_id"] == message_id and letter["position"] not in not_at:
+                        return letter
+                await anyio.sleep(ZONE_POLL)

@@ -53,6 +53,7 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
             await run.handler_paused_briefly()
             await run.leader_killed()
             await run.leader_paused_past_lease()
+            await run.poison_message()
             missing = await run.finish()
             tg.cancel_scope.cancel()
     print_rows(run.rows)

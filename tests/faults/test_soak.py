@@ -35,7 +35,9 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
     coordination, transport = BACKENDS.split("+")
     cluster = make_cluster("soak", coordination, transport)
     run = FaultRun(cluster, BACKENDS)
-    plan = LoadPlan(messages=MESSAGES, projects=1_000, batch=50, concurrency=16)
+    # Unbounded load, stopped by finish() after the fault during which the count passed
+    # MESSAGES: every fault, the last one too, recovers under load.
+    plan = LoadPlan(messages=None, projects=1_000, batch=50, concurrency=16)
     faults = itertools.cycle(
         [
             run.handler_killed,
@@ -50,35 +52,29 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
             await run.start(tg, plan)
             load = run.load
             assert load is not None
-            done = anyio.Event()
-
-            async def wait_sent() -> None:
-                await load.wait_stopped()
-                done.set()
-
-            tg.start_soon(wait_sent)
-            while not done.is_set():
+            while load.summary.accepted_count < MESSAGES:
                 await next(faults)()
-                with anyio.move_on_after(BETWEEN_FAULTS):
-                    await done.wait()
+                await anyio.sleep(BETWEEN_FAULTS)  # undisturbed load: the soak's cadence
             missing = await run.finish(within=300.0)
             summary = load.summary
             tg.cancel_scope.cancel()
     print_rows(run.rows)
     accepted = len(summary.accepted)
     print(
-        f"SOAK {BACKENDS}: accepted={accepted} of {MESSAGES} faults={len(run.rows)} "
+        f"SOAK {BACKENDS}: accepted={accepted} (at least {MESSAGES}) faults={len(run.rows)} "
         f"lost={len(missing)} duplicated={sum(r.duplicated for r in run.rows)} "
         f"{summary.line()}"
     )
     audit = run_audit(cluster)
     print(
         f"SOAK audit: accepted={audit['accepted']} landed={audit['landed']} "
-        f"lost={audit['lost']} duplicated={audit['duplicated']} nines={audit['nines_text']!r}"
+        f"lost={audit['lost']} dead_lettered={audit['dead_lettered']} "
+        f"duplicated={audit['duplicated']} nines={audit['nines_text']!r}"
     )
     problems = [f"{row.fault}: {p}" for row in run.rows for p in row.problems]
-    assert accepted == MESSAGES, f"the gateway did not accept everything: {summary.line()}"
+    assert accepted >= MESSAGES and not summary.failed_batches, summary.line()
     assert not missing, f"{len(missing)} accepted messages never landed"
-    assert audit["lost"] == 0 and audit["accepted"] == accepted
+    assert audit["lost"] == 0 and audit["dead_lettered"] == 0
+    assert audit["accepted"] == accepted
     assert audit["duplicated"] == 0
     assert not problems, "; ".join(problems)

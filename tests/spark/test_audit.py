@@ -248,3 +248,45 @@ def test_duplicates_in_committed_files_are_counted(
         duplicated,
     )
     assert after.announcements == 1 + (len(repeated) - duplicated)
+
+
+# Dead letters, as `shoal analytics audit --dead-letters` hands them over: gw-a/proj-0 5
+# and 6 and gw-b/proj-3 950 (lost above), 991 (the tail the ledger sees as lost), and
+# gw-a/proj-2 10, which landed (a dead-letter copy of a landed message stays landed).
+DEAD = [
+    ("gw-a", "proj-0", 5, BASE + 0.5),
+    ("gw-a", "proj-0", 6, BASE + 0.6),
+    ("gw-b", "proj-3", 950, BASE + 95.0),
+    ("gw-b", "proj-3", 991, BASE + 99.1),
+    ("gw-a", "proj-2", 10, BASE + 1.0),
+]
+
+
+def test_dead_letters_are_counted_as_such_from_the_ledger(
+    analytics: SparkAnalytics, planted_dir: Path
+) -> None:
+    result = analytics.audit(
+        planted_dir,
+        committed(planted_dir),
+        drained=True,
+        ledger_dir=planted_dir / "_ledger",
+        dead_letters=DEAD,
+    )
+    assert (result.accepted, result.lost, result.dead_lettered) == (11_995, 14 - 4, 4)
+    assert result.landed == 11_995 - 14 + 5  # as without dead letters
+    assert result.failed == 14
+    assert result.lost_ranges == (
+        LostRange("gw-a", "proj-1", 500, 500),
+        LostRange("gw-b", "proj-3", 992, 1000),
+    )
+    assert result.to_json()["dead_lettered"] == 4
+
+
+def test_dead_letters_fill_gaps_and_extend_tails_from_sequences(
+    analytics: SparkAnalytics, planted_dir: Path
+) -> None:
+    result = analytics.audit(planted_dir, committed(planted_dir), drained=True, dead_letters=DEAD)
+    # 991 was accepted (it reached the broker): gw-b/proj-3 now runs to 991.
+    assert (result.accepted, result.lost, result.dead_lettered) == (11_994, 9 - 3, 4)
+    assert LostRange("gw-b", "proj-3", 950, 950) not in result.lost_ranges
+    assert LostRange("gw-a", "proj-0", 5, 6) not in result.lost_ranges

@@ -1,0 +1,52 @@
+"""``shoal dlq``'s refusals, through typer's CliRunner: what is asked wrongly changes
+nothing and says why in one line. (The commands themselves run against real brokers in
+the contract suite and the fault matrix's poison row.)"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from services.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("command", ["replay", "purge"])
+def test_replay_and_purge_need_ids_or_all(command: str) -> None:
+    result = runner.invoke(app, ["dlq", command])
+    assert result.exit_code == 2
+    assert "name the message ids, or --all" in result.output
+
+
+@pytest.mark.parametrize("command", ["replay", "purge"])
+def test_replay_and_purge_refuse_ids_with_all(command: str) -> None:
+    result = runner.invoke(app, ["dlq", command, "m1", "--all"])
+    assert result.exit_code == 2
+    assert "not both" in result.output
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("transport", ["nats", "kafka"])
+def test_an_unreachable_broker_is_one_error_line_and_exit_1(
+    transport: str, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    port = _closed_port()
+    monkeypatch.setenv("SHOAL_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("SHOAL_TRANSPORT", transport)
+    monkeypatch.setenv("SHOAL_NATS_URL", f"nats://127.0.0.1:{port}")
+    monkeypatch.setenv("SHOAL_NATS_CONNECT_TIMEOUT", "2")
+    monkeypatch.setenv("SHOAL_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
+    monkeypatch.setenv("SHOAL_KAFKA_CONNECT_TIMEOUT", "2")
+    result = runner.invoke(app, ["dlq", "list"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {transport}: ")
+    assert "Traceback" not in result.output
