@@ -74,6 +74,11 @@ class BrokerUnavailableError(ShoalError, TimeoutError):
     was asked may or may not have happened; unsettled messages are redelivered."""
 
 
+class DurabilityError(ShoalError):
+    """The broker would not keep what it acknowledges as durably as configured (no fsync
+    of each write, fewer replicas, other storage): refusing to run beats losing acked data."""
+
+
 class StoreUnavailableError(ShoalError):
     """The coordination store did not answer in time."""
 

@@ -18,9 +18,11 @@ class NatsSettings(BaseSettings):
 
     Durability comes from the server: fsync of every write is a *server* option
     (``jetstream { sync_interval: always }``, which infra/local sets unless asked for the
-    relaxed mode) that a client cannot switch on. Memory storage, or one replica, loses
-    acked messages when the server dies. (The stream's async persist mode is not offered:
-    nats-server refuses it on a stream with atomic batch publish, err 10052.)
+    relaxed mode) that a client cannot switch on; with ``monitor_url`` the transport checks
+    it at start and refuses to run without it (``require_sync_always``). Memory storage, or
+    one replica, loses acked messages when the server dies. (The stream's async persist
+    mode is not offered: nats-server refuses it on a stream with atomic batch publish, err
+    10052.)
     """
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_NATS_", extra="ignore")
@@ -29,6 +31,15 @@ class NatsSettings(BaseSettings):
         default="nats://127.0.0.1:4222", description="one URL or several, comma-separated"
     )
     name: str = "shoal"
+    monitor_url: str | None = Field(
+        default=None,
+        description="the servers' monitoring endpoints (http://host:8222, comma-separated): "
+        "checked at start for fsync of each write",
+    )
+    require_sync_always: bool = Field(
+        default=True,
+        description="refuse to start when a monitored server does not fsync each write",
+    )
     stream: str = Field(default="SHOAL", pattern=rf"^{_TOKEN}$")
     subject_prefix: str = Field(default="handler.data.partitions", pattern=_SUBJECT_PREFIX)
     storage: Literal["file", "memory"] = "file"
@@ -93,3 +104,7 @@ class NatsSettings(BaseSettings):
     @property
     def servers(self) -> list[str]:
         return [u.strip() for u in self.url.split(",") if u.strip()]
+
+    @property
+    def monitors(self) -> list[str]:
+        return [u.strip() for u in (self.monitor_url or "").split(",") if u.strip()]

@@ -20,6 +20,7 @@ from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from adapters.nats._codec import encode
 from adapters.nats._dead_letter import DeadLetters
+from adapters.nats._durability import check_server_fsync, check_stream
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
@@ -90,6 +91,9 @@ class NatsTransport(Lifecycle):
         self._js = self._nc.jetstream(timeout=s.request_timeout)
         self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
         self._flusher = GroupFlush(self._nc, s.request_timeout)
+        await check_server_fsync(
+            s.monitors, request_timeout=s.request_timeout, require=s.require_sync_always
+        )
         await self._ensure_stream(self._stream_config())
         await self._ensure_stream(self._dead.stream_config())
 
@@ -315,14 +319,16 @@ class NatsTransport(Lifecycle):
         return config
 
     async def _ensure_stream(self, config: js_api.StreamConfig) -> None:
-        """Create the stream, or update it when it exists with another configuration."""
+        """Create the stream, or update it when it exists with another configuration; then
+        check that it has the storage and replicas asked for (``_durability``)."""
         js = self._jetstream()
         try:
-            await js.add_stream(config)
+            info = await js.add_stream(config)
         except APIError as exc:
             if exc.err_code != _STREAM_NAME_IN_USE:
                 raise
-            await js.update_stream(config)
+            info = await js.update_stream(config)
+        check_stream(info, config)
 
     def _client(self) -> Client:
         if self._nc is None:

@@ -260,6 +260,8 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
             "SHOAL_COORDINATION": "etcd",
             "SHOAL_TRANSPORT": "nats",
             "SHOAL_NATS_URL": nats.url,
+            "SHOAL_NATS_MONITOR_URL": nats.monitor_url,
+            "SHOAL_NATS_REQUIRE_SYNC_ALWAYS": str(options.nats_sync_always).lower(),
             "SHOAL_ETCD_ENDPOINTS": etcd.endpoint,
             "SHOAL_HANDLER_DATA_DIR": str(stack.zone),
             "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",

@@ -12,6 +12,7 @@ import anyio
 from dependency_injector import containers, providers
 from pydantic_settings import BaseSettings
 
+from core.errors import ShoalError
 from services.common.logs import configure_logging
 from services.common.settings import ShoalSettings, load_settings
 
@@ -63,4 +64,13 @@ def boot(
         }
     )
     configure_logging(shoal.log_format, shoal.log_level)
-    anyio.run(serve, container)
+    try:
+        anyio.run(serve, container)
+    except BaseException as raised:
+        exc = raised
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # the task groups' wrappers around the one error
+        if isinstance(exc, ShoalError | ConnectionError | TimeoutError):
+            log.error("cannot run: %s", exc)  # a backend refused or is missing: one line
+            raise SystemExit(1) from None
+        raise

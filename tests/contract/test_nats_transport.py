@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from urllib.parse import unquote
 
 import anyio
 import nats
 import pytest
+from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
 from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
-from core.errors import PublishError
+from adapters.nats._durability import check_stream
+from core.errors import DurabilityError, PublishError
+from infra.local._handles import RunningNats
 from infra.local._testservers import ServerInfo
+from infra.local.servers import start_nats
 from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
 from tests.contract._transport import (
     ACK_WAIT,
@@ -144,3 +150,86 @@ class TestNatsDeadLetterQueue(DeadLetterQueueContract):
     @pytest.fixture
     def make_queue(self, settings: NatsSettings) -> QueueFactory:
         return lambda: NatsDeadLetterQueue(settings)
+
+
+# -- durability: what the server promises, checked at start ---------------------------------
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_starts_when_the_monitored_server_fsyncs_each_write(
+    settings: NatsSettings, nats_server: ServerInfo, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not isinstance(nats_server.process, RunningNats):
+        pytest.skip("the NATS server is not a local process (its monitor port is unknown)")
+    monitored = settings.model_copy(update={"monitor_url": nats_server.process.monitor_url})
+    with caplog.at_level(logging.INFO, "shoal.adapters.nats"):
+        async with NatsTransport(monitored):
+            pass
+    assert "fsyncs every write" in caplog.text
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_refuses_to_start_when_a_monitored_server_does_not_fsync_each_write(
+    settings: NatsSettings, tmp_path: Path
+) -> None:
+    server = await anyio.to_thread.run_sync(
+        lambda: start_nats(tmp_path / "relaxed", sync_always=False)
+    )
+    try:
+        relaxed = settings.model_copy(update={"url": server.url, "monitor_url": server.monitor_url})
+        with pytest.raises(DurabilityError, match="sync_interval"):
+            async with NatsTransport(relaxed):
+                pass
+        nc = await nats.connect(server.url)
+        try:  # refused before anything was created
+            with pytest.raises(NotFoundError):
+                await nc.jetstream().stream_info(settings.stream)
+        finally:
+            await nc.close()
+        accepted = relaxed.model_copy(update={"require_sync_always": False})
+        async with NatsTransport(accepted) as transport:  # the operator accepted the risk
+            await transport.publish([envelope(0)])
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+def _stream_info(storage: str, replicas: int, current: list[bool]) -> js_api.StreamInfo:
+    info: js_api.StreamInfo = js_api.StreamInfo.from_response(
+        {
+            "config": {"name": "S", "storage": storage, "num_replicas": replicas},
+            "state": {
+                "messages": 0,
+                "bytes": 0,
+                "first_seq": 0,
+                "last_seq": 0,
+                "consumer_count": 0,
+            },
+            "cluster": {
+                "name": "c",
+                "leader": "n1",
+                "replicas": [
+                    {"name": f"n{i + 2}", "current": ok, "active": 0.1}
+                    for i, ok in enumerate(current)
+                ],
+            },
+        }
+    )
+    return info
+
+
+def test_a_stream_with_other_storage_or_replicas_than_asked_is_refused() -> None:
+    wanted = js_api.StreamConfig(name="S", storage=js_api.StorageType.FILE, num_replicas=3)
+    check_stream(_stream_info("file", 3, [True, True]), wanted)
+    with pytest.raises(DurabilityError, match="1 replicas; asked for"):
+        check_stream(_stream_info("file", 1, []), wanted)
+    with pytest.raises(DurabilityError, match="storage"):
+        check_stream(_stream_info("memory", 3, [True, True]), wanted)
+
+
+def test_a_lagging_replica_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    wanted = js_api.StreamConfig(name="S", storage=js_api.StorageType.FILE, num_replicas=3)
+    with caplog.at_level(logging.WARNING, "shoal.adapters.nats"):
+        check_stream(_stream_info("file", 3, [True, False]), wanted)
+    assert "n3 are not current" in caplog.text

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.local._handles import RunningNats
 from infra.local._testservers import ServerInfo
 from tests.contract._s3 import fresh_bucket, s3_env, settings_for
 from tests.e2e._cluster import ACK_WAIT, Cluster
@@ -40,6 +41,12 @@ def backend_env(
         info: ServerInfo = request.getfixturevalue(f"{kind}_server")
         return info
 
+    def monitor(nats: ServerInfo) -> dict[str, str]:
+        """The local server's monitoring port: processes check it fsyncs each write."""
+        if isinstance(nats.process, RunningNats):
+            return {"SHOAL_NATS_MONITOR_URL": nats.process.monitor_url}
+        return {}
+
     def env(suffix: str) -> dict[str, str]:
         values = {"SHOAL_COORDINATION": coordination, "SHOAL_TRANSPORT": transport}
         if coordination == "etcd":
@@ -54,6 +61,7 @@ def backend_env(
         if transport == "nats":
             values |= {
                 "SHOAL_NATS_URL": server("nats").url,
+                **monitor(server("nats")),
                 "SHOAL_NATS_STREAM": f"E2E_{suffix}",
                 "SHOAL_NATS_SUBJECT_PREFIX": f"e2e.{suffix}",
                 "SHOAL_NATS_DEAD_LETTER_STREAM": f"E2E_DLQ_{suffix}",

@@ -4,11 +4,10 @@ the contract suite and the fault matrix's poison row.)"""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from typer.testing import CliRunner
 
+from infra.local.servers import free_port
 from services.cli.main import app
 
 runner = CliRunner()
@@ -28,18 +27,11 @@ def test_replay_and_purge_refuse_ids_with_all(command: str) -> None:
     assert "not both" in result.output
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 @pytest.mark.parametrize("transport", ["nats", "kafka"])
 def test_an_unreachable_broker_is_one_error_line_and_exit_1(
     transport: str, monkeypatch: pytest.MonkeyPatch, tmp_path: object
 ) -> None:
-    port = _closed_port()
+    port = free_port()
     monkeypatch.setenv("SHOAL_STATE_DIR", str(tmp_path))
     monkeypatch.setenv("SHOAL_TRANSPORT", transport)
     monkeypatch.setenv("SHOAL_NATS_URL", f"nats://127.0.0.1:{port}")

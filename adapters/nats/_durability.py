@@ -1,0 +1,83 @@
+"""Is "stored" as strong as configured? Checked once, when a transport connects.
+
+- Every server named by ``monitor_url`` must fsync each write (``jetstream {
+  sync_interval: always }``; its ``/varz`` says ``sync_always``): otherwise an acknowledged
+  message lives only in the page cache until the next sync (two minutes by default) and a
+  machine that dies loses it. A client cannot switch this on, only refuse to run without
+  it (``require_sync_always``). Without a monitor URL the check cannot be made; that is
+  logged.
+- The stream must have the storage and the replicas asked for, and every replica should be
+  current (a lagging one is logged: the stream still takes writes on a quorum).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import httpx
+from nats.js import api as js_api
+
+from core.errors import DurabilityError
+
+__all__ = ["check_server_fsync", "check_stream"]
+
+log = logging.getLogger("shoal.adapters.nats")
+
+
+async def check_server_fsync(
+    monitor_urls: Sequence[str], *, request_timeout: float, require: bool
+) -> None:
+    """Ask each server's ``/varz`` whether it fsyncs every write; ``DurabilityError`` when
+    one does not (and ``require``) or cannot be asked."""
+    if not monitor_urls:
+        log.info(
+            "nats-server durability not verified: SHOAL_NATS_MONITOR_URL is not set "
+            "(the check that every server fsyncs each write needs its monitoring port)"
+        )
+        return
+    async with httpx.AsyncClient(timeout=request_timeout, trust_env=False) as http:
+        for url in monitor_urls:
+            varz = url.rstrip("/") + "/varz"
+            try:
+                response = await http.get(varz)
+                response.raise_for_status()
+                config = response.json().get("jetstream", {}).get("config", {})
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                raise DurabilityError(
+                    f"cannot read {varz} to check that nats-server fsyncs each write: {exc!r}"
+                ) from exc
+            if config.get("sync_always") is True:
+                log.info("nats-server at %s fsyncs every write (sync_interval: always)", url)
+                continue
+            problem = (
+                f"nats-server at {url} does not fsync each write (its jetstream "
+                "sync_interval is not 'always'): a message it acknowledged can be lost "
+                "if the machine dies"
+            )
+            if require:
+                raise DurabilityError(
+                    f"{problem}. Set `jetstream {{ sync_interval: always }}` on the server, "
+                    "or SHOAL_NATS_REQUIRE_SYNC_ALWAYS=false to accept that"
+                )
+            log.warning("%s (accepted: SHOAL_NATS_REQUIRE_SYNC_ALWAYS=false)", problem)
+
+
+def check_stream(info: js_api.StreamInfo, wanted: js_api.StreamConfig) -> None:
+    """``DurabilityError`` when the stream's storage or replica count is not the one asked
+    for; a replica that is not current is logged."""
+    config = info.config
+    if config.storage != wanted.storage or (config.num_replicas or 1) != (wanted.num_replicas or 1):
+        raise DurabilityError(
+            f"stream {wanted.name} has storage {config.storage} with "
+            f"{config.num_replicas or 1} replicas; asked for {wanted.storage} with "
+            f"{wanted.num_replicas or 1}"
+        )
+    replicas = (info.cluster.replicas or []) if info.cluster is not None else []
+    lagging = [r.name or "?" for r in replicas if not r.current]
+    if lagging:
+        log.warning(
+            "stream %s: replicas %s are not current (writes still need a quorum)",
+            wanted.name,
+            ", ".join(lagging),
+        )

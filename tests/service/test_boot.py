@@ -1,0 +1,39 @@
+"""A service whose backend is missing or refuses says so in one line and exits 1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.local.servers import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("service", ["gateway", "handler"])
+def test_a_missing_broker_is_one_error_line_and_exit_1(service: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env |= {
+        "SHOAL_NATS_URL": f"nats://127.0.0.1:{free_port()}",
+        "SHOAL_NATS_CONNECT_TIMEOUT": "1",
+        "SHOAL_ETCD_ENDPOINTS": f"127.0.0.1:{free_port()}",
+        "SHOAL_GATEWAY_PORT": str(free_port()),
+        "SHOAL_GATEWAY_LEDGER_DIR": str(tmp_path / "ledger"),
+        "SHOAL_HANDLER_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", f"services.{service}"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "cannot run: " in done.stderr.strip().splitlines()[-1]
