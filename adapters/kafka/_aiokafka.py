@@ -21,6 +21,7 @@ from aiokafka import (  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.admin import (  # type: ignore[import-untyped, unused-ignore]
     AIOKafkaAdminClient,
     NewTopic,
+    RecordsToDelete,
 )
 from aiokafka.errors import (  # type: ignore[import-untyped, unused-ignore]
     ConsumerStoppedError,
@@ -43,6 +44,7 @@ __all__ = [
     "KafkaTimeoutError",
     "NewTopic",
     "OffsetFetchRequest",
+    "RecordsToDelete",
     "TopicPartition",
     "for_code",
     "stop_quietly",

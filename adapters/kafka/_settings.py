@@ -63,6 +63,12 @@ class KafkaSettings(BaseSettings):
     dead_letter_topic: str = Field(default="shoal.dlq", pattern=_TOPIC)
     registration_topic: str = Field(default="shoal.reg", pattern=_TOPIC)
     create_topics: bool = Field(default=True, description="create missing topics on enter")
+    coord_log_compact_records: int = Field(
+        default=10_000,
+        ge=2,
+        description="the leader snapshots the coordination log and deletes what precedes the "
+        "snapshot once the log holds this many records",
+    )
 
     # per-message delivery semantics, emulated by the subscription (see _subscription)
     ack_wait: float = Field(

@@ -11,17 +11,24 @@ every write confirmed before it (from any process).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
+
+import anyio
 
 from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
 from core.coordination import Hold, Leader
-from core.errors import FencedError
+from core.errors import FencedError, StoreUnavailableError
 from core.model import Assignment, MemberId, Partition
+from core.retry import retry_delay
 
 __all__ = ["KafkaAssignmentStore", "KafkaHoldStore", "KafkaProjectRegistry"]
+
+_log = logging.getLogger("shoal.adapters.kafka.coord")
+_COMPACT_ATTEMPTS = 8
 
 
 class KafkaLogAdapter(KafkaCoordinationAdapter):
@@ -43,8 +50,14 @@ class KafkaAssignmentStore(KafkaLogAdapter):
     """The ``AssignmentStore`` port on the Kafka coordination log. Use as ``async with``.
 
     Every method raises ``StoreUnavailableError`` when Kafka does not answer in time; a
-    write that timed out may or may not have been applied.
+    write that timed out may or may not have been applied. The leader's store (the one
+    that publishes) also compacts the log once it is long (``CoordLog.compact``), in the
+    background: a publish never waits for it.
     """
+
+    def __init__(self, settings: KafkaSettings | None = None) -> None:
+        super().__init__(settings)
+        self._compacting = False
 
     async def publish(self, assignment: Assignment, fence: Leader) -> None:
         outcome = await self.log.request(
@@ -56,6 +69,23 @@ class KafkaAssignmentStore(KafkaLogAdapter):
         )
         if not outcome.accepted:
             raise FencedError(outcome.reason)
+        if not self._compacting and self.log.due_for_compaction():
+            self._compacting = True
+            self.tasks.start_soon(self._compact)
+
+    async def _compact(self) -> None:
+        """Snapshot attempts until one is consistent: around a publish, handlers' claims
+        and releases arrive in a burst and may follow a snapshot's ``upto``."""
+        try:
+            for attempt in range(1, _COMPACT_ATTEMPTS + 1):
+                if await self.log.compact(self.admin) is not None:
+                    return
+                await anyio.sleep(retry_delay(attempt, base=0.5, cap=8.0))
+            _log.info("coordination log not compacted yet: the next publish tries again")
+        except StoreUnavailableError as exc:
+            _log.warning("coordination log not compacted (the next publish retries): %s", exc)
+        finally:
+            self._compacting = False
 
     async def current(self) -> Assignment | None:
         await self.log.sync()

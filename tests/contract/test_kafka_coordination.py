@@ -15,6 +15,8 @@ runs the same two checks with leases that outlive a restart.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -33,7 +35,12 @@ from adapters.kafka import (
     KafkaProjectRegistry,
     KafkaSettings,
 )
-from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError
+from adapters.kafka._aiokafka import (
+    AIOKafkaAdminClient,
+    AIOKafkaConsumer,
+    KafkaError,
+    TopicPartition,
+)
 from adapters.kafka._coord_aiokafka import (
     AIOKafkaClient,
     ConnectionGroup,
@@ -41,6 +48,7 @@ from adapters.kafka._coord_aiokafka import (
     LeaveGroupRequest,
 )
 from adapters.kafka._coord_base import CoordNames, read_session_bounds
+from adapters.kafka._coord_log import LogState, _StateWire
 from core.ports import Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
 from tests.contract._coordination import (
@@ -262,3 +270,129 @@ class TestKafkaSessionLease:
             await anyio.sleep(max(0.0, session.deadline - time.monotonic()) + 0.01)
             assert lease.is_lost()
             await other.leave()
+
+
+# -- compaction: snapshot, then delete what precedes it -------------------------------------
+
+
+def _record(op: str, **fields: object) -> bytes:
+    return json.dumps({"op": op, "rid": "", **fields}).encode()
+
+
+def _replayed(records: list[bytes]) -> LogState:
+    state = LogState()
+    for offset, raw in enumerate(records):
+        state.apply(offset, raw)
+    return state
+
+
+HISTORY = [
+    _record("lead", id="l1", inc="i1", term=3),
+    _record("claim", p=0, member="a", generation=1, replacing=None),
+    _record("claim", p=1, member="b", generation=1, replacing=None),
+    _record(
+        "publish", id="l1", inc="i1", term=3, assignment={"generation": 1, "owners": [["a"], ["b"]]}
+    ),
+    _record("project", p=1, project="proj-x"),
+    _record("release", p=0, member="a"),
+]
+
+
+def _snapshot_of(state: LogState, upto: int) -> bytes:
+    wire = _StateWire.of(state.model).model_dump(mode="json")
+    return _record("snapshot", upto=upto, state=wire)
+
+
+def test_a_reader_that_starts_at_a_consistent_snapshot_decides_as_the_replay_does() -> None:
+    full = _replayed(HISTORY)
+    snapshot = _snapshot_of(full, len(HISTORY))
+    _, applied = full.apply(len(HISTORY), snapshot)
+    assert applied.accepted  # consistent: nothing between upto and itself
+    fresh = LogState()  # the log was cut before the snapshot: it starts there
+    _, loaded = fresh.apply(len(HISTORY), snapshot)
+    assert loaded.accepted and fresh.model == full.model
+    assert list(fresh.history) == [full.model.assignment]
+    hold = full.model.holds[1]  # a compare-and-set on the version kept by the snapshot
+    nxt = _record("claim", p=1, member="c", generation=2, replacing=hold.version)
+    outcomes = [s.apply(len(HISTORY) + 1, nxt)[1] for s in (full, fresh)]
+    assert [o.accepted for o in outcomes] == [True, True]
+    assert full.model == fresh.model
+
+
+def test_a_snapshot_with_requests_after_its_upto_is_not_used() -> None:
+    state = _replayed(HISTORY)
+    stale = _snapshot_of(_replayed(HISTORY[:-1]), len(HISTORY) - 1)  # taken before "release"
+    before = state.model
+    _, applied = state.apply(len(HISTORY), stale)
+    assert not applied.accepted and "follow" in applied.reason
+    assert state.model == before
+
+
+def test_a_snapshot_that_disagrees_with_the_replay_is_refused_loudly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state = _replayed(HISTORY)
+    other = _replayed([*HISTORY, _record("project", p=2, project="forged")])
+    with caplog.at_level(logging.ERROR, "shoal.adapters.kafka.coord"):
+        _, applied = state.apply(len(HISTORY), _snapshot_of(other, len(HISTORY)))
+    assert not applied.accepted
+    assert "disagrees" in caplog.text
+
+
+def test_a_log_cut_anywhere_but_at_a_snapshot_decides_nothing() -> None:
+    state = LogState()
+    with pytest.raises(ValueError, match="no snapshot"):
+        state.apply(5, HISTORY[1])
+    assert state.model.holds == {}
+
+
+@pytest.mark.kafka
+@pytest.mark.anyio
+async def test_the_leader_compacts_the_log_and_a_new_reader_sees_the_same_state(
+    harness: KafkaHarness,
+) -> None:
+    harness.settings = harness.settings.model_copy(update={"coord_log_compact_records": 30})
+    async with (
+        harness.election() as election,
+        harness.store() as store,
+        harness.hold_store() as holds,
+        harness.registry() as registry,
+    ):
+        leader = await election.campaign("leader", RESTART_TTL)
+        for round_ in range(12):  # 24 hold records, then publishes past the threshold
+            await holds.claim(
+                round_ % 4, f"h{round_}", round_, (await holds.holds()).get(round_ % 4)
+            )
+            await holds.release(round_ % 4, f"h{round_}")
+        await holds.claim(2, "keeper", 99, None)
+        await registry.register(5, "proj-kept")
+        start = await _log_start(harness)
+        for generation in range(1, 8):
+            await store.publish(owners(generation, "a", "b"), leader.fence)
+        with anyio.fail_after(30):
+            # The broker's log start is another process's state: polled, not awaited.
+            while (moved := await _log_start(harness)) == start:  # noqa: ASYNC110
+                await anyio.sleep(0.2)
+        assert moved > start
+        async with (
+            KafkaHoldStore(harness.settings) as fresh_holds,
+            KafkaAssignmentStore(harness.settings) as fresh_store,
+            KafkaProjectRegistry(harness.settings) as fresh_registry,
+        ):
+            assert await fresh_holds.holds() == await holds.holds()
+            assert await fresh_store.current() == owners(7, "a", "b")
+            assert await fresh_registry.projects(5) == {"proj-kept"}
+            kept = (await fresh_holds.holds())[2]
+            assert await fresh_holds.claim(2, "next", 100, kept)  # versions survived
+            await fresh_store.publish(owners(8, "b", "a"), leader.fence)  # terms did too
+            assert await store.current() == owners(8, "b", "a")
+
+
+async def _log_start(harness: KafkaHarness) -> int:
+    reader = AIOKafkaConsumer(bootstrap_servers=harness.settings.bootstrap_servers[0])
+    await reader.start()
+    try:
+        tp = TopicPartition(harness.names.log_topic, 0)
+        return int((await reader.beginning_offsets([tp]))[tp])
+    finally:
+        await reader.stop()
