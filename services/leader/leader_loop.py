@@ -19,6 +19,7 @@ from core.errors import FencedError, StoreUnavailableError
 from core.handoff import needs_rebalance
 from core.model import Assignment, Member, MemberId, Partition
 from core.ports import AssignmentStore, Election, Leadership, Membership
+from core.retry import retry_delay
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import LeaderSettings
@@ -87,8 +88,22 @@ class LeaderLoop:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(on_stop)
+            failures = 0
             while True:
-                leadership = await self._election.campaign(self.leader_id, self._settings.lease_ttl)
+                try:
+                    leadership = await self._election.campaign(
+                        self.leader_id, self._settings.lease_ttl
+                    )
+                except StoreUnavailableError as exc:
+                    # A store outage is no reason to exit: candidates wait it out.
+                    failures += 1
+                    delay = retry_delay(failures, base=0.2, cap=self._settings.lease_ttl)
+                    log.warning(
+                        "campaign failed; retrying", extra=fields(error=str(exc), retry_in=delay)
+                    )
+                    await anyio.sleep(delay)
+                    continue
+                failures = 0
                 self.leadership = leadership
                 log.info("elected", extra=fields(leader=self.leader_id, term=leadership.term))
                 try:
@@ -110,9 +125,21 @@ class LeaderLoop:
                 tg.cancel_scope.cancel()
 
             async def watch_members() -> None:
-                async for live in self._membership.watch():
-                    if live != members.value:
-                        members.set(live)
+                failures = 0
+                while True:
+                    try:
+                        async for live in self._membership.watch():
+                            failures = 0
+                            if live != members.value:
+                                members.set(live)
+                    except StoreUnavailableError as exc:
+                        failures += 1
+                        delay = retry_delay(failures, base=0.2, cap=self._settings.lease_ttl)
+                        log.warning(
+                            "member watch failed; retrying",
+                            extra=fields(error=str(exc), retry_in=delay),
+                        )
+                        await anyio.sleep(delay)
 
             tg.start_soon(on_lost)
             tg.start_soon(watch_members)

@@ -60,6 +60,7 @@ class World:
     scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
     leader_loops: dict[str, LeaderLoop] = field(default_factory=dict)
     metrics: dict[str, HandlerMetrics] = field(default_factory=dict)
+    handlers: dict[str, Handler] = field(default_factory=dict)
 
     def parquet(self) -> ParquetSink:
         return ParquetSink(ParquetSettings(data_dir=self.data_dir))
@@ -122,6 +123,7 @@ class World:
                 landing_log=landing_log,
                 metrics=metrics,
             )
+            self.handlers[handler_id] = handler
             with anyio.CancelScope() as self.scopes[handler_id]:
                 task_status.started()
                 await handler.run(self.stops[handler_id])
