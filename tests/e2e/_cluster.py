@@ -215,6 +215,8 @@ class Cluster:
             **(env or {}),
         }
         self._procs: dict[str, ServiceProcess] = {}
+        # Settings for one process by name, over every other (a store reached via a proxy).
+        self.process_env: dict[str, dict[str, str]] = {}
         self._http: httpx.AsyncClient | None = None
         self._preferred_status: str | None = None
         self.stop_problems: list[str] = []
@@ -256,7 +258,12 @@ class Cluster:
             popen = subprocess.Popen(
                 [sys.executable, "-m", f"services.{role}"],
                 cwd=REPO_ROOT,
-                env={**self._env, "SHOAL_NATS_NAME": f"e2e-{name}", **env},
+                env={
+                    **self._env,
+                    "SHOAL_NATS_NAME": f"e2e-{name}",
+                    **env,
+                    **self.process_env.get(name, {}),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 
 from core.messages import Envelope
 from core.partitioning import partition_for
+from infra.local._testservers import ServerInfo
 from services.common.backends import Backends
 from tests.e2e._cluster import (
     LEASE_TTL,
@@ -43,6 +45,8 @@ from tests.e2e._cluster import (
 )
 from tests.e2e._landed import LandingZone, duplicates
 from tests.e2e._load import LoadGenerator, LoadPlan
+from tests.faults._proxy import HOST as PROXY_HOST
+from tests.faults._proxy import TcpProxy
 
 __all__ = [
     "FAILOVER_BOUND",
@@ -61,6 +65,7 @@ SHORT_PAUSE = LEASE_TTL / 2 - 1.0  # SIGSTOP well under half the lease: no rebal
 RECOVERY_BOUND = LEASE_TTL + 20.0  # a dead handler's partitions land again within this
 FAILOVER_BOUND = LEASE_TTL + 2.0  # a new leader is in office within this of the old one's end
 ZONE_POLL = 0.5
+CHURN_SECONDS = 60.0
 DEAD_LETTER_BOUND = 30.0  # a poison message is listed as a dead letter within this
 
 
@@ -92,9 +97,15 @@ class FaultRun:
     Use ``async with FaultRun(...)`` inside the cluster; it starts and stops the load and
     the observers."""
 
-    def __init__(self, cluster: Cluster, backends: str) -> None:
+    def __init__(
+        self, cluster: Cluster, backends: str, servers: Mapping[str, ServerInfo] | None = None
+    ) -> None:
+        """``servers``: the servers the cluster runs on, by kind (``etcd``, ``redis``,
+        ``nats``, ``kafka``), for the rows that kill and restart one."""
         self.cluster = cluster
         self.backends = backends
+        self.servers = dict(servers or {})
+        self.proxies: dict[str, TcpProxy] = {}  # by process name
         self.zone = LandingZone(cluster.zone, cluster.s3)
         self.history: list[tuple[float, StatusDoc]] = []
         self.rows: list[Row] = []
@@ -106,6 +117,7 @@ class FaultRun:
 
     async def start(self, tg: Any, plan: LoadPlan = LOAD) -> None:
         cluster = self.cluster
+        await self._route_through_proxies(tg)
         await start_cluster(cluster, LEADERS, HANDLERS)
         tg.start_soon(cluster.record_status, self.history)
         tg.start_soon(self.watch_zone)
@@ -135,6 +147,24 @@ class FaultRun:
             row.lost = sum(1 for m in window if m in missing)
             row.duplicated = sum(1 for m in window if m in dupes)
         return missing
+
+    async def _route_through_proxies(self, tg: Any) -> None:
+        """The last handler and every leader reach the coordination store through a
+        ``TcpProxy`` of their own (etcd and Redis: a Kafka client follows the brokers'
+        advertised addresses around any proxy in front of the bootstrap port)."""
+        kind = self.backends.split("+")[0]
+        if kind not in ("etcd", "redis") or kind not in self.servers:
+            return
+        host, port = self.servers[kind].endpoint.split(",")[0].rsplit(":", 1)
+        for name in (HANDLERS[-1], *LEADERS):
+            proxy = TcpProxy(host, int(port))
+            await tg.start(proxy.serve)
+            self.proxies[name] = proxy
+            self.cluster.process_env[name] = (
+                {"SHOAL_ETCD_ENDPOINTS": f"{PROXY_HOST}:{proxy.port}"}
+                if kind == "etcd"
+                else {"SHOAL_REDIS_URL": f"redis://{PROXY_HOST}:{proxy.port}"}
+            )
 
     def _load(self) -> LoadGenerator:
         if self.load is None:
@@ -240,27 +270,12 @@ class FaultRun:
         # A write it had in flight gets the time to become visible before it is judged.
         await anyio.sleep(max(0.0, resumed_at + 3.0 - time.time()))
         await self.refresh_zone()
-        table = self.zone.table()
-        zombie = table.filter(
-            pc.and_(
-                pc.and_(
-                    pc.equal(table.column("handler_id"), victim),
-                    pc.less_equal(table.column("generation"), lost_generation),
-                ),
-                pc.and_(
-                    pc.is_in(
-                        pc.cast(table.column("partition"), pa.int64()),
-                        pa.array(sorted(held), pa.int64()),
-                    ),
-                    pc.greater_equal(table.column("seen_at"), stopped_at + LEASE_TTL),
-                ),
-            )
-        )
+        zombie = self._late_rows(victim, held, lost_generation, stopped_at + LEASE_TTL)
         row.notes["partitions"] = len(held)
-        row.notes["zombie_rows"] = zombie.num_rows
-        if zombie.num_rows:
+        row.notes["zombie_rows"] = zombie
+        if zombie:
             row.problems.append(
-                f"{victim} made {zombie.num_rows} rows of partitions it had lost visible "
+                f"{victim} made {zombie} rows of partitions it had lost visible "
                 "after its lease expired"
             )
         return row
@@ -322,15 +337,153 @@ class FaultRun:
         cluster.kill(extra_handler, signal.SIGTERM)
         await cluster.wait_exit(extra_handler, 30.0)
         await self.settle(HANDLERS)
+        self._no_stale_publish(row, old, term, since=resumed_at)
+        return row
+
+    async def handler_cut_off(self) -> Row:
+        """Blackhole the link between a handler and the store past its lease, then heal
+        it: its partitions move on and land again, it makes nothing visible for what it
+        lost (judged by when files appear), and it rejoins."""
+        row = self._begin("handler cut off from the store past its lease")
+        victim = HANDLERS[-1]
+        proxy = self.proxies[victim]
+        cluster = self.cluster
+        held = partitions_of(await cluster.status(), victim)
+        cut_at = time.time()
+        proxy.blackhole()
+        lost = await cluster.wait_for(
+            lambda d: victim not in member_ids(d) and not partitions_of(d, victim),
+            PAUSE + 10.0,
+            f"{victim}'s partitions are given to others while it is cut off",
+        )
+        row.recovery_s = await self.landing_again(held, cut_at, RECOVERY_BOUND)
+        if row.recovery_s is None:
+            row.problems.append(f"{victim}'s partitions did not land again in {RECOVERY_BOUND} s")
+        await anyio.sleep(max(0.0, cut_at + PAUSE - time.time()))  # the fault's length
+        proxy.heal()
+        await self.settle(HANDLERS)
+        zombie = self._late_rows(victim, held, int(lost["generation"]), cut_at + LEASE_TTL)
+        row.notes["partitions"] = len(held)
+        row.notes["zombie_rows"] = zombie
+        if zombie:
+            row.problems.append(f"{victim} made {zombie} rows visible after its lease expired")
+        return row
+
+    async def leader_cut_off(self) -> Row:
+        """Blackhole the active leader's link to the store past its lease, then heal it:
+        the standby is in office within the lease TTL + 2 s, and the old leader publishes
+        nothing under its old term once it can reach the store again."""
+        row = self._begin("leader cut off from the store past its lease")
+        cluster = self.cluster
+        leader = await cluster.active_leader()
+        assert leader is not None, "nobody leads before the leader is cut off"
+        old, term = leader
+        proxy = self.proxies[old]
+        cut_at = time.time()
+        proxy.blackhole()
+        await self._failover(row, term, cut_at)
+        await anyio.sleep(max(0.0, cut_at + PAUSE - time.time()))  # the fault's length
+        healed_at = time.time()
+        proxy.heal()
+        await self.settle(HANDLERS)
+        self._no_stale_publish(row, old, term, since=healed_at)
+        return row
+
+    def _no_stale_publish(self, row: Row, leader: str, term: int, since: float) -> None:
+        """``leader`` published nothing under ``term`` or older after ``since``."""
         stale = [
             e
-            for e in cluster.process(old).log_events("published assignment")
-            if int(e.get("term", -1)) <= term and float(e.get("ts", 0)) >= resumed_at
+            for e in self.cluster.process(leader).log_events("published assignment")
+            if int(e.get("term", -1)) <= term and float(e.get("ts", 0)) >= since
         ]
         row.notes["stale_publishes"] = len(stale)
         if stale:
-            row.problems.append(f"{old} published under its stale term {term}: {stale[:2]}")
+            row.problems.append(f"{leader} published under its stale term {term}: {stale[:2]}")
+
+    def _late_rows(
+        self, victim: str, partitions: Collection[int], generation: int, after: float
+    ) -> int:
+        """Rows of ``victim`` for ``partitions`` under ``generation`` or older that became
+        visible after ``after``."""
+        table = self.zone.table()
+        late = table.filter(
+            pc.and_(
+                pc.and_(
+                    pc.equal(table.column("handler_id"), victim),
+                    pc.less_equal(table.column("generation"), generation),
+                ),
+                pc.and_(
+                    pc.is_in(
+                        pc.cast(table.column("partition"), pa.int64()),
+                        pa.array(sorted(partitions), pa.int64()),
+                    ),
+                    pc.greater_equal(table.column("seen_at"), after),
+                ),
+            )
+        )
+        return int(late.num_rows)
+
+    async def handler_churn(self, seconds: float = CHURN_SECONDS) -> Row:
+        """For ``seconds``, every 1-5 s a handler joins or leaves gracefully (two extra
+        ones come and go); then the pool is balanced within one and nothing was lost."""
+        row = self._begin("handler churn: a join or leave every 1-5 s for a minute")
+        cluster = self.cluster
+        rng = random.Random(7)  # the same walk every run
+        extra = ("h4", "h5")
+        changes = 0
+        started = time.time()
+        while time.time() - started < seconds:
+            running = [h for h in extra if h in cluster.processes and cluster.process(h).running()]
+            joinable = [h for h in extra if h not in running]
+            if running and (not joinable or rng.random() < 0.5):
+                cluster.kill(rng.choice(running), signal.SIGTERM)
+            else:
+                await cluster.start_handler(joinable[0], ready=False)
+            changes += 1
+            await anyio.sleep(rng.uniform(1.0, 5.0))  # the churn's cadence: the fault
+        churn_end = time.time()
+        for name in extra:
+            if name in cluster.processes and cluster.process(name).running():
+                cluster.kill(name, signal.SIGTERM)
+            if name in cluster.processes:
+                await cluster.wait_exit(name, 30.0)
+        doc = await self.settle(HANDLERS, within=90.0)
+        row.recovery_s = time.time() - churn_end
+        loads = sorted(len(partitions_of(doc, h)) for h in HANDLERS)
+        row.notes["changes"] = changes
+        row.notes["loads"] = loads
+        if loads[-1] - loads[0] > 1:
+            row.problems.append(f"not balanced within one after the churn: {loads}")
         return row
+
+    async def server_restarted(self, kind: str, role: str) -> Row:
+        """SIGKILL a server the cluster runs on (its data stays: file storage, AOF with an
+        fsync per write, Kafka's log) and start it again on the same data: the partitions
+        that were landing land again, nothing accepted is lost."""
+        row = self._begin(f"{kind} SIGKILL and restart ({role})")
+        server = self.servers[kind].process
+        assert server is not None, f"the {kind} server is not a local process"
+        await self.refresh_zone()
+        active = self.landing_partitions(since=time.time() - 30.0)
+        if not active:
+            row.problems.append("nothing became visible in the 30 s before the fault")
+            return row
+        killed_at = time.time()
+        await anyio.to_thread.run_sync(server.kill)
+        await anyio.to_thread.run_sync(server.restart)
+        row.notes["down_s"] = round(time.time() - killed_at, 1)
+        row.recovery_s = await self.landing_again(active, killed_at, RECOVERY_BOUND + 30.0)
+        if row.recovery_s is None:
+            row.problems.append(f"partitions did not land again after the {kind} restart")
+        await self.settle(HANDLERS, within=90.0)
+        row.notes["partitions"] = len(active)
+        return row
+
+    def landing_partitions(self, since: float) -> set[int]:
+        """Partitions with a row that became visible at or after ``since``."""
+        table = self.zone.table()
+        recent = table.filter(pc.greater_equal(table.column("seen_at"), since))
+        return {int(p) for p in pc.unique(recent.column("partition")).to_pylist()}
 
     async def poison_message(self) -> Row:
         """A message no handler can land (a record from another producer whose timestamp

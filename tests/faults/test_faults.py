@@ -1,10 +1,13 @@
 """The fault matrix: every backend pair under steady load takes a series of faults (a
 handler killed mid-batch, a handler paused past its lease and resumed, a handler paused
-briefly, the leader killed, the leader paused past its lease and resumed). Each fault is
-a row: lost, duplicated and seconds to recover, printed as ``FAULT`` lines. Lost = 0 is
-asserted for every row, and so are the bounds (failover within the lease TTL + 2 s, a dead
-handler's partitions landing again within the TTL + 20 s, no zombie write, no rebalance
-for a brief pause, no publish under a stale term).
+briefly, the leader killed, the leader paused past its lease and resumed, a poison
+message, a minute of handler churn, on etcd and Redis a handler and the leader cut off
+from the store by a blackholing proxy, then the store and the broker killed and restarted).
+Each fault is a row: lost, duplicated and seconds to recover, printed as ``FAULT`` lines.
+Lost = 0 is asserted for every row, and so are the bounds (failover within the lease TTL +
+2 s, a dead handler's partitions landing again within the TTL + 20 s, no zombie write, no
+rebalance for a brief pause, no publish under a stale term, balanced within one after
+churn).
 
 Run with ``tox -e faults`` (or ``pytest tests/faults -s``).
 """
@@ -12,7 +15,6 @@ Run with ``tox -e faults`` (or ``pytest tests/faults -s``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 import pytest
@@ -41,11 +43,17 @@ def print_rows(rows: list[Row]) -> None:
     ("coordination", "transport"), [pytest.param(c, t, id=f"{c}+{t}") for c, t in PAIRS]
 )
 async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
-    make_cluster: Callable[..., Cluster], tmp_path: Path, coordination: str, transport: str
+    make_cluster: Callable[..., Cluster],
+    request: pytest.FixtureRequest,
+    coordination: str,
+    transport: str,
 ) -> None:
     cluster = make_cluster("faults", coordination, transport)
-    run = FaultRun(cluster, f"{coordination}+{transport}")
-    with anyio.fail_after(600):
+    servers = {
+        kind: request.getfixturevalue(f"{kind}_server") for kind in {coordination, transport}
+    }
+    run = FaultRun(cluster, f"{coordination}+{transport}", servers)
+    with anyio.fail_after(900):
         async with cluster, anyio.create_task_group() as tg:
             await run.start(tg)
             await run.handler_killed()
@@ -54,6 +62,15 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
             await run.leader_killed()
             await run.leader_paused_past_lease()
             await run.poison_message()
+            await run.handler_churn()
+            if run.proxies:  # etcd and Redis
+                await run.handler_cut_off()
+                await run.leader_cut_off()
+            if coordination == transport:
+                await run.server_restarted(transport, "store and broker")
+            else:
+                await run.server_restarted(coordination, "store")
+                await run.server_restarted(transport, "broker")
             missing = await run.finish()
             tg.cancel_scope.cancel()
     print_rows(run.rows)
