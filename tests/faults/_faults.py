@@ -115,9 +115,12 @@ class FaultRun:
 
     # -- running ----------------------------------------------------------------------------
 
-    async def start(self, tg: Any, plan: LoadPlan = LOAD) -> None:
+    async def start(self, tg: Any, network: Any, plan: LoadPlan = LOAD) -> None:
+        """Start the cluster, the observers and the load in ``tg``, the store proxies in
+        ``network``: a task group that outlives the cluster (its processes reach the store
+        through them until they have stopped)."""
         cluster = self.cluster
-        await self._route_through_proxies(tg)
+        await self._route_through_proxies(network)
         await start_cluster(cluster, LEADERS, HANDLERS)
         tg.start_soon(cluster.record_status, self.history)
         tg.start_soon(self.watch_zone)

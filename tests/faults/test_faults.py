@@ -54,25 +54,27 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
     }
     run = FaultRun(cluster, f"{coordination}+{transport}", servers)
     with anyio.fail_after(900):
-        async with cluster, anyio.create_task_group() as tg:
-            await run.start(tg)
-            await run.handler_killed()
-            await run.handler_paused_past_lease()
-            await run.handler_paused_briefly()
-            await run.leader_killed()
-            await run.leader_paused_past_lease()
-            await run.poison_message()
-            await run.handler_churn()
-            if run.proxies:  # etcd and Redis
-                await run.handler_cut_off()
-                await run.leader_cut_off()
-            if coordination == transport:
-                await run.server_restarted(transport, "store and broker")
-            else:
-                await run.server_restarted(coordination, "store")
-                await run.server_restarted(transport, "broker")
-            missing = await run.finish()
-            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as network:
+            async with cluster, anyio.create_task_group() as tg:
+                await run.start(tg, network)
+                await run.handler_killed()
+                await run.handler_paused_past_lease()
+                await run.handler_paused_briefly()
+                await run.leader_killed()
+                await run.leader_paused_past_lease()
+                await run.poison_message()
+                await run.handler_churn()
+                if run.proxies:  # etcd and Redis
+                    await run.handler_cut_off()
+                    await run.leader_cut_off()
+                if coordination == transport:
+                    await run.server_restarted(transport, "store and broker")
+                else:
+                    await run.server_restarted(coordination, "store")
+                    await run.server_restarted(transport, "broker")
+                missing = await run.finish()
+                tg.cancel_scope.cancel()
+            network.cancel_scope.cancel()  # the proxies outlive the processes using them
     print_rows(run.rows)
     problems = [f"{row.fault}: {p}" for row in run.rows for p in row.problems]
     assert not missing, f"{len(missing)} accepted messages never landed"

@@ -48,16 +48,18 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
     )
     # Three million messages take minutes at the gateway's rate; each fault far less.
     with anyio.fail_after(300 + MESSAGES / 1_000):
-        async with cluster, anyio.create_task_group() as tg:
-            await run.start(tg, plan)
-            load = run.load
-            assert load is not None
-            while load.summary.accepted_count < MESSAGES:
-                await next(faults)()
-                await anyio.sleep(BETWEEN_FAULTS)  # undisturbed load: the soak's cadence
-            missing = await run.finish(within=300.0)
-            summary = load.summary
-            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as network:
+            async with cluster, anyio.create_task_group() as tg:
+                await run.start(tg, network, plan)
+                load = run.load
+                assert load is not None
+                while load.summary.accepted_count < MESSAGES:
+                    await next(faults)()
+                    await anyio.sleep(BETWEEN_FAULTS)  # undisturbed load: the soak's cadence
+                missing = await run.finish(within=300.0)
+                summary = load.summary
+                tg.cancel_scope.cancel()
+            network.cancel_scope.cancel()  # the proxies outlive the processes using them
     print_rows(run.rows)
     accepted = len(summary.accepted)
     print(
