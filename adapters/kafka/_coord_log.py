@@ -204,7 +204,7 @@ class LogState:
         if isinstance(record, _Snapshot):
             return record.rid, self._snapshot(record)
         if not self.known:
-            if offset != self.first or offset != 0:
+            if offset != 0:
                 raise ValueError(
                     f"the log starts at offset {self.first} with no snapshot: the state "
                     "before it is unknown, so no request can be decided"

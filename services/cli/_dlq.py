@@ -23,6 +23,7 @@ from core.errors import ShoalError
 from core.ports import DeadLetterQueue
 from services.cli._status import find_stacks, state_file
 from services.common.backends import Backends
+from services.common.lifecycle import sole_error
 from services.common.settings import ShoalSettings, load_settings
 
 __all__ = ["dlq_app", "stored_letters"]
@@ -71,19 +72,12 @@ def _run(action: Callable[[DeadLetterQueue], Awaitable[T]]) -> T:
     try:
         return anyio.run(main)
     except BaseException as raised:
-        exc = _alone(raised)
+        exc = sole_error(raised)
         if isinstance(exc, UnknownDeadLetterError):
             _fail(f"{exc} (nothing was changed)", EXIT_USAGE)
         if isinstance(exc, ShoalError | ConnectionError | TimeoutError | OSError):
             _fail(f"{shoal.transport}: {exc}", EXIT_FAILED)
         raise
-
-
-def _alone(exc: BaseException) -> BaseException:
-    """The one error inside task-group wrappers (the adapter's task group adds one)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def stored_letters() -> Sequence[DeadLetter]:

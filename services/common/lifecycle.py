@@ -40,6 +40,13 @@ async def _exit_after(grace: float) -> None:
     os._exit(1)
 
 
+def sole_error(exc: BaseException) -> BaseException:
+    """The one error inside task-group wrappers (each adapter's task group adds one)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 ContainerT = TypeVar("ContainerT", bound=containers.DeclarativeContainer)
 
 
@@ -67,9 +74,7 @@ def boot(
     try:
         anyio.run(serve, container)
     except BaseException as raised:
-        exc = raised
-        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]  # the task groups' wrappers around the one error
+        exc = sole_error(raised)
         if isinstance(exc, ShoalError | ConnectionError | TimeoutError):
             log.error("cannot run: %s", exc)  # a backend refused or is missing: one line
             raise SystemExit(1) from None
