@@ -266,7 +266,9 @@ class Subscription(Protocol):
         round trip to the broker, not one per message. Deliveries already settled, or
         expired and redelivered since, are skipped. Raises ``BrokerUnavailableError`` (a
         ``TimeoutError``) when the broker did not confirm in time: then some may come back
-        (at-least-once, never lost)."""
+        (at-least-once, never lost); ``FencedError`` when a newer ``open()`` of the
+        partition superseded this subscription (nothing it settles undoes the newer one's
+        acks)."""
         ...
 
     async def keep_alive(self, deliveries: Sequence[Delivery]) -> None:

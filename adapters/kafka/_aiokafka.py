@@ -28,6 +28,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped, unused-ignore]
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerFenced,
     for_code,
 )
 from aiokafka.protocol.commit import (  # type: ignore[import-untyped, unused-ignore]
@@ -44,6 +45,7 @@ __all__ = [
     "KafkaTimeoutError",
     "NewTopic",
     "OffsetFetchRequest",
+    "ProducerFenced",
     "RecordsToDelete",
     "TopicPartition",
     "for_code",

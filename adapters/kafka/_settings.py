@@ -6,7 +6,9 @@ Shared by the transport and the Kafka coordination adapters. Names:
   partition, same number as on NATS), created on first use with ``replication_factor``;
 - ``dead_letter_topic`` (``shoal.dlq``) and ``registration_topic`` (``shoal.reg``);
 - ``offsets_group_id`` (``shoal.{group}``): the consumer group under which the transport
-  commits offsets. It never joins that group (it ``assign()``s partitions), so the
+  commits offsets, in transactions of one transactional producer per partition
+  (``transactional.id`` ``{offsets_group_id}:{topic}:{partition}``: the fence against a
+  superseded subscriber). It never joins that group (it ``assign()``s partitions), so the
   coordination adapters must use another group id for membership (a group with live
   members refuses commits from outside it).
 """

@@ -32,6 +32,15 @@ committed offset, and emulates the port's per-message semantics on top (the ``Se
 ``close()`` commits the settlements and stops the consumer; the next ``open()`` of the
 partition resumes from that commit (that is the handoff). Settlements after close are
 no-ops: those records come back to the next subscriber.
+
+Commits are fenced. The subscription never joins the offsets group, so a plain
+OffsetCommit is unconditional: a subscriber paused past its handoff would, on waking,
+commit its old position over its successor's (moving the partition back, so acked records
+come again). Instead each commit is a transaction of the partition's own transactional
+producer (``transactional.id`` ``{offsets group}:{topic}:{partition}``): ``open()`` starts
+that producer before it reads the committed offset, and the broker then refuses every
+later commit of the earlier subscriber's producer (its epoch is stale). A refused commit
+raises ``FencedError``; the subscription commits nothing after that.
 """
 
 from __future__ import annotations
@@ -46,12 +55,17 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from adapters.kafka._aiokafka import ConsumerStoppedError, KafkaError, stop_quietly
+from adapters.kafka._aiokafka import (
+    ConsumerStoppedError,
+    KafkaError,
+    ProducerFenced,
+    stop_quietly,
+)
 from adapters.kafka._codec import decode, dedupe_key
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
-from core.errors import BrokerUnavailableError
+from core.errors import BrokerUnavailableError, FencedError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
@@ -126,6 +140,7 @@ class KafkaSubscription:
         consumer_id: str,
         *,
         consumer: Any,
+        committer: Any,
         tp: Any,
         settlements: Settlements,
         settings: KafkaSettings,
@@ -136,6 +151,7 @@ class KafkaSubscription:
         self.partition = partition
         self.consumer_id = consumer_id
         self._consumer = consumer
+        self._committer = committer  # the partition's transactional producer (the fence)
         self._tp = tp
         self._settlements = settlements
         self._s = settings
@@ -156,6 +172,7 @@ class KafkaSubscription:
         self._opened_at = settlements.base  # committed before this subscription: all settled
         self._wake: anyio.CancelScope | None = None
         self._closed = False
+        self._fenced = False
         self._warned_truncated = False
 
     # -- fetch -------------------------------------------------------------------------
@@ -378,7 +395,7 @@ class KafkaSubscription:
         self._settle(entry)
         try:
             await self._sync()
-        except TimeoutError as exc:
+        except (TimeoutError, FencedError) as exc:
             log.warning(
                 "partition %d: commit after a dead letter not confirmed: %s", self.partition, exc
             )
@@ -388,7 +405,8 @@ class KafkaSubscription:
 
     async def _sync(self, *, force: bool = False) -> None:
         """Commit the settlements unless a confirmed commit already carries every change made
-        before this call (a group commit). ``TimeoutError`` when not confirmed in time."""
+        before this call (a group commit). ``TimeoutError`` when not confirmed in time,
+        ``FencedError`` once a newer subscriber opened the partition."""
         want = self._version
         if self._synced >= want and not force:
             await anyio.lowlevel.checkpoint()
@@ -411,16 +429,36 @@ class KafkaSubscription:
                     self.partition,
                 )
             if state != self._last_commit:
-                try:
-                    with anyio.fail_after(self._s.request_timeout):
-                        await self._consumer.commit({self._tp: state})
-                except (KafkaError, TimeoutError, ConsumerStoppedError) as exc:
-                    raise BrokerUnavailableError(
-                        f"commit of partition {self.partition} at offset {state[0]} "
-                        f"not confirmed: {exc!r}"
-                    ) from exc
+                await self._commit(state)
                 self._last_commit = state
             self._synced = max(self._synced, version)
+
+    async def _commit(self, state: tuple[int, str]) -> None:
+        """One transaction that commits ``state`` (offset, metadata) for the partition."""
+        if self._fenced:
+            raise FencedError(f"partition {self.partition}: a newer subscriber opened it")
+        committer = self._committer
+        try:
+            with anyio.fail_after(self._s.request_timeout):
+                async with committer.transaction():
+                    await committer.send_offsets_to_transaction(
+                        {self._tp: state}, self._s.offsets_group_id
+                    )
+        except ProducerFenced as exc:
+            self._fenced = True
+            log.warning(
+                "partition %d: commit at offset %d refused, a newer subscriber opened the "
+                "partition (this one was superseded while it was paused or cut off)",
+                self.partition,
+                state[0],
+            )
+            raise FencedError(
+                f"partition {self.partition}: commit refused, a newer subscriber opened it"
+            ) from exc
+        except (KafkaError, TimeoutError) as exc:
+            raise BrokerUnavailableError(
+                f"commit of partition {self.partition} at offset {state[0]} not confirmed: {exc!r}"
+            ) from exc
 
     async def acked_below(self) -> int:
         """The committed offset this subscription last confirmed (or started from): every
@@ -434,6 +472,8 @@ class KafkaSubscription:
             await self._sync()
         except TimeoutError as exc:
             log.warning("%s (retried with the next settlement)", exc)
+        except FencedError:
+            pass  # logged once, when the broker refused
 
     # -- close -------------------------------------------------------------------------
 
@@ -451,6 +491,11 @@ class KafkaSubscription:
                 await self._sync(force=True)
             except TimeoutError as exc:
                 log.warning("closing partition %d: %s", self.partition, exc)
+            except FencedError:
+                pass  # superseded: its successor's commits stand
             await stop_quietly(
                 self._consumer, "stop", scope, f"consumer of partition {self.partition}"
+            )
+            await stop_quietly(
+                self._committer, "stop", scope, f"committer of partition {self.partition}"
             )

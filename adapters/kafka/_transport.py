@@ -220,33 +220,41 @@ class KafkaTransport(Lifecycle):
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
         """Subscribe to ``partition``: a consumer that ``assign()``s exactly it, starting at
-        the committed offset (group ``offsets_group_id``) or the earliest one. Broker
-        errors and an unanswered broker raise ``BrokerUnavailableError``."""
+        the committed offset (group ``offsets_group_id``) or the earliest one, and the
+        partition's transactional producer that commits (starting it fences every earlier
+        subscriber's commits: see ``KafkaSubscription``). Broker errors and an unanswered
+        broker raise ``BrokerUnavailableError``."""
         s = self.settings
         dead = self._started(self._dead)
         self._check_partition(partition)
         tp = TopicPartition(s.topic, partition)
+        client_id = f"{s.client_id}-{consumer_id}-p{partition}"
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=list(s.bootstrap_servers),
-            client_id=f"{s.client_id}-{consumer_id}-p{partition}",
-            group_id=s.offsets_group_id,
+            client_id=client_id,
+            group_id=None,  # offsets are committed by the committer, in transactions
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            request_timeout_ms=s.ms(s.request_timeout),
-            retry_backoff_ms=s.ms(s.retry_backoff),
             fetch_max_bytes=s.fetch_max_bytes,
             max_partition_fetch_bytes=s.fetch_max_bytes,
             max_poll_records=s.max_ack_pending,
+            **s.client_options(),
+        )
+        committer = AIOKafkaProducer(
+            client_id=f"{client_id}-commits",
+            transactional_id=f"{s.offsets_group_id}:{s.topic}:{partition}",
+            **s.client_options(),
         )
         try:
             with anyio.fail_after(s.connect_timeout):
+                await committer.start()  # the fence first: no earlier commit lands after it
                 await consumer.start()
                 base, metadata = await self._committed(partition, check_start=True)
                 consumer.assign([tp])
-                consumer.seek(tp, base)  # never the consumer's own committed-offset lookup
+                consumer.seek(tp, base)
         except BaseException as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(s.close_timeout) as scope:
                 await stop_quietly(consumer, "stop", scope, "consumer")
+                await stop_quietly(committer, "stop", scope, "committer")
             if isinstance(exc, KafkaError | TimeoutError):
                 raise BrokerUnavailableError(
                     f"Kafka: opening partition {partition}: {exc!r}"
@@ -257,6 +265,7 @@ class KafkaTransport(Lifecycle):
             partition,
             consumer_id,
             consumer=consumer,
+            committer=committer,
             tp=tp,
             settlements=Settlements.restore(base, metadata),
             settings=s,

@@ -15,6 +15,7 @@ Every wait is bounded by ``anyio.fail_after``; no sleep is used as synchronisati
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from typing import Any, ClassVar, Protocol
 import anyio
 import pytest
 
+from core.errors import FencedError
 from core.messages import Envelope, MessageKind
 from core.ports import Delivery, Subscription, Transport
 
@@ -360,6 +362,32 @@ class TransportContract:
         assert all(d.attempt == 2 for d in again)
         await new.ack(again)
         await fetch_none(new, 0.3)
+
+    async def test_a_superseded_subscription_cannot_undo_its_successors_acks(
+        self, transport: ClosableTransport
+    ) -> None:
+        """A handler paused past its handoff wakes up holding deliveries of a partition that
+        a newer subscription has since opened and acked: whatever it settles or commits
+        then, what the newer one acked stays acked (Kafka: its commit is fenced)."""
+        sent = [envelope(13, "a", i) for i in range(1, 7)]
+        await transport.publish(sent)
+        old = await transport.open(13, "h1")
+        held = await fetch_n(old, 3)
+        new = await transport.open(13, "h2")
+        acked: set[Envelope] = set()
+        with anyio.fail_after(ACK_WAIT + LIMIT):  # old's 3 come once they expire
+            while len(acked) < len(sent):
+                got = await new.fetch(len(sent), 0.5)
+                await new.ack(got)
+                acked |= {d.envelope for d in got}
+        assert acked == set(sent)
+        await new.close()
+        with contextlib.suppress(FencedError):
+            await old.ack(held)
+        await old.close()
+        assert await transport.backlog(13) == 0
+        third = await transport.open(13, "h3")
+        await fetch_none(third, ACK_WAIT)
 
     async def test_backlog_counts_stored_unacked_messages(
         self, transport: ClosableTransport
