@@ -29,7 +29,10 @@ from unittest import mock
 import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
+import redis.asyncio as redis_asyncio
 
+from adapters.redis import RedisSettings
+from adapters.redis._keys import Keys
 from core.messages import Envelope
 from core.partitioning import partition_for
 from infra.local._testservers import ServerInfo
@@ -67,6 +70,10 @@ FAILOVER_BOUND = LEASE_TTL + 2.0  # a new leader is in office within this of the
 ZONE_POLL = 0.5
 CHURN_SECONDS = 60.0
 DEAD_LETTER_BOUND = 30.0  # a poison message is listed as a dead letter within this
+RELEASE_REFUSAL = 12.0  # how long the store refuses a handler's releases
+# Once releases are accepted again: the handler's next retry (its backoff is capped at
+# retry_cap, 10 s), the claim, and a file of the partition landing.
+RELEASE_RECOVERY_BOUND = 10.0 + 15.0
 
 
 @dataclass
@@ -458,6 +465,100 @@ class FaultRun:
         if loads[-1] - loads[0] > 1:
             row.problems.append(f"not balanced within one after the churn: {loads}")
         return row
+
+    async def release_refused(self, victim: str = "h6", joiner: str = "h7") -> Row:
+        """Redis: the store refuses one handler's hold writes (an ACL makes the hold hash
+        read-only to its user; its lease, reports and watches keep working), then a
+        handler joins and takes partitions from it. Its releases fail and are retried
+        with backoff; once the store accepts them again, the partitions it gave up land
+        again within the backoff's cap, and nothing is lost."""
+        row = self._begin("release refused by the store, then accepted")
+        cluster = self.cluster
+        admin = self._redis_admin()
+        user, password = f"shoal-{victim}", uuid.uuid4().hex
+        everything = ["resetkeys", "~*", "resetchannels", "&*", "+@all"]
+        await admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", *everything)
+        try:
+            host, port = self.servers["redis"].endpoint.split(",")[0].rsplit(":", 1)
+            url = f"redis://{user}:{password}@{host}:{port}"
+            await cluster.start_handler(victim, ready=False, env={"SHOAL_REDIS_URL": url})
+            before = await self.settle((*HANDLERS, victim))
+            given = partitions_of(before, victim)
+            await admin.execute_command("ACL", "SETUSER", user, *self._all_but_holds())
+            refused_at = time.time()
+            await cluster.start_handler(joiner, ready=False)
+            moved = await self._moved_away(victim, given)
+            failed = await self._release_failed(victim, since=refused_at)
+            row.notes["failed_releases"] = failed
+            if not failed:
+                row.problems.append(f"{victim} never failed a release: the fault missed")
+            # The refusal's length is the fault being injected, not a synchronisation.
+            await anyio.sleep(max(0.0, refused_at + RELEASE_REFUSAL - time.time()))
+            healed_at = time.time()
+            await admin.execute_command("ACL", "SETUSER", user, *everything)
+            landed = await self.landing_again(moved, healed_at, RELEASE_RECOVERY_BOUND)
+            row.recovery_s = landed
+            if landed is None:
+                row.problems.append(
+                    f"partitions {sorted(moved)} did not land again within "
+                    f"{RELEASE_RECOVERY_BOUND} s of the store accepting releases"
+                )
+            row.notes["moved"] = len(moved)
+            for name in (victim, joiner):
+                cluster.kill(name, signal.SIGTERM)
+            for name in (victim, joiner):
+                await cluster.wait_exit(name, 30.0)
+            await self.settle(HANDLERS)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await admin.execute_command("ACL", "DELUSER", user)
+                await admin.aclose()
+        return row
+
+    def _redis_admin(self) -> Any:
+        return redis_asyncio.Redis.from_url(self.servers["redis"].url)
+
+    def _all_but_holds(self) -> list[str]:
+        """ACL rules: every key of the group writable but the hold hash (read only)."""
+        with mock.patch.dict(os.environ, self.cluster.settings_env()):
+            keys = Keys(RedisSettings().prefix)
+        writable = [
+            f"{keys.consumers}*",
+            keys.members,
+            keys.reports,
+            keys.leader,
+            keys.term,
+            keys.assignment,
+            f"{keys.projects(0).rsplit(':', 1)[0]}:*",
+            keys.events,
+        ]
+        return ["resetkeys", *(f"~{k}" for k in writable), f"%R~{keys.holds}"]
+
+    async def _moved_away(self, victim: str, given: Collection[int]) -> set[int]:
+        """The partitions of ``given`` the next assignment takes from ``victim``."""
+        doc = await self.cluster.wait_for(
+            lambda d: bool(set(given) - set(partitions_of(d, victim))),
+            30.0,
+            f"an assignment that takes partitions from {victim}",
+        )
+        return set(given) - set(partitions_of(doc, victim))
+
+    async def _release_failed(self, victim: str, since: float) -> int:
+        """How many releases ``victim`` logged as failed after ``since``, once there is one
+        (0 if none within ``RELEASE_REFUSAL``)."""
+        with anyio.move_on_after(RELEASE_REFUSAL):
+            while True:
+                failed = [
+                    e
+                    for e in self.cluster.process(victim).log_events(
+                        "partition worker failed; handing back and retrying"
+                    )
+                    if e.get("phase") == "releasing" and float(e.get("ts", 0)) >= since
+                ]
+                if failed:
+                    return len(failed)
+                await anyio.sleep(ZONE_POLL)
+        return 0
 
     async def server_restarted(self, kind: str, role: str) -> Row:
         """SIGKILL a server the cluster runs on (its data stays: file storage, AOF with an
