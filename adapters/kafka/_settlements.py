@@ -88,13 +88,16 @@ class Settlements:
         settlements.settled = {o for o in settled if o > base}
         return settlements
 
-    def metadata(self, limit: int = METADATA_LIMIT) -> str:
+    def metadata(self, limit: int = METADATA_LIMIT, *, reserve_to: int = 0) -> str:
         """The settlements as commit metadata (JSON, offsets relative to ``base``), at most
-        ``limit`` bytes: out-of-order acks are dropped first, then counts."""
+        ``limit`` bytes: out-of-order acks are dropped first, then counts. ``reserve_to``
+        records every offset below it as delivered once already (a reservation ahead of
+        ``delivered_until``, so first deliveries need no commit of their own)."""
         b = self.base
         counts = sorted((o - b, n) for o, n in self.counts.items() if o >= b)
         settled = [(s - b, n) for s, n in _ranges(o for o in self.settled if o > b)]
-        state: dict[str, object] = {"v": _VERSION, "d": max(self.delivered_until - b, 0)}
+        delivered = max(self.delivered_until, reserve_to)
+        state: dict[str, object] = {"v": _VERSION, "d": max(delivered - b, 0)}
         if counts:
             state["a"] = counts
         if settled:

@@ -298,6 +298,12 @@ class KafkaTransport(Lifecycle):
             raise BrokerUnavailableError(
                 f"Kafka: backlog of partition {partition}: {exc!r}"
             ) from exc
+        # A commit is a transaction: the group shows it once its markers are written, a
+        # moment after the commit returned. This process's own subscription knows sooner.
+        for sub in self._subscriptions:
+            confirmed = sub.confirmed_commit() if sub.partition == partition else None
+            if confirmed is not None and confirmed[0] >= base:
+                base, metadata = confirmed
         settlements = Settlements.restore(base, metadata)
         above = sum(1 for o in settlements.settled if o < end)
         return max(end - base - above, 0)

@@ -74,6 +74,15 @@ def test_settlements_metadata_stays_under_the_limit_by_dropping_out_of_order_ack
     assert restored.count(0) == 2
 
 
+def test_settlements_reservation_counts_offsets_below_it_as_delivered_once() -> None:
+    settlements = Settlements(50)
+    settlements.delivered(50)
+    restored = Settlements.restore(50, settlements.metadata(reserve_to=60))
+    assert [restored.count(o) for o in (50, 59, 60)] == [1, 1, 0]
+    exact = Settlements.restore(50, settlements.metadata())
+    assert [exact.count(o) for o in (50, 51)] == [1, 0]
+
+
 def test_settlements_ignores_metadata_it_did_not_write() -> None:
     assert Settlements.restore(7, "something else").base == 7
     assert Settlements.restore(7, "").count(7) == 0
@@ -198,6 +207,24 @@ class TestKafkaTransport(TransportContract):
         await new.ack(again)
         await fetch_none(new, 0.3)
         assert await transport.backlog(3) == 0
+
+    async def test_deliveries_before_a_crash_count_as_attempts_for_the_next_subscriber(
+        self, transport: ClosableTransport
+    ) -> None:
+        """Records a subscriber had fetched when its handler died (no close, no ack) come to
+        the next one with attempt 2: the delivery counts were committed before the fetch
+        returned (in a reservation ahead of the reads), so a record that crashes its
+        handler spends its retry budget instead of looping forever."""
+        sent = [envelope(10, "a", i) for i in range(1, 4)]
+        await transport.publish(sent)
+        crashed = await transport.open(10, "h1")
+        await fetch_n(crashed, 3)
+        successor = await transport.open(10, "h2")  # the crashed one never closes
+        again = await fetch_n(successor, 3)
+        assert [d.envelope for d in again] == sent
+        assert [d.attempt for d in again] == [2, 2, 2]
+        await successor.ack(again)
+        assert await transport.backlog(10) == 0
 
     async def test_an_open_subscription_keeps_working_when_the_broker_is_killed_and_restarted(
         self, transport: ClosableTransport, crash_and_restart: Callable[[], Awaitable[None]]
