@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -47,7 +48,7 @@ from tests.e2e._cluster import (
     start_cluster,
 )
 from tests.e2e._landed import LandingZone, duplicates
-from tests.e2e._load import LoadGenerator, LoadPlan
+from tests.e2e._load import LoadGenerator, LoadPlan, project_id
 from tests.faults._proxy import HOST as PROXY_HOST
 from tests.faults._proxy import TcpProxy
 
@@ -70,7 +71,7 @@ FAILOVER_BOUND = LEASE_TTL + 2.0  # a new leader is in office within this of the
 ZONE_POLL = 0.5
 CHURN_SECONDS = 60.0
 DEAD_LETTER_BOUND = 30.0  # a poison message is listed as a dead letter within this
-RELEASE_REFUSAL = 12.0  # how long the store refuses a handler's releases
+RELEASE_REFUSAL = 8.0  # how long the store refuses releases after the first one failed
 # Once releases are accepted again: the handler's next retry (its backoff is capped at
 # retry_cap, 10 s), the claim, and a file of the partition landing.
 RELEASE_RECOVERY_BOUND = 10.0 + 15.0
@@ -203,9 +204,12 @@ class FaultRun:
     async def landing_again(
         self, partitions: Collection[int], since: float, within: float
     ) -> float | None:
-        """Seconds from ``since`` until each of ``partitions`` has a visible row stamped
-        after ``since`` (None if not within ``within``)."""
-        wanted = pa.array(sorted(partitions), pa.int64())
+        """Seconds from ``since`` until each of ``partitions`` that the load reaches has a
+        visible row stamped after ``since`` (None if not within ``within``). A partition
+        no project of the load hashes to never lands anything: it is not waited for."""
+        wanted = pa.array(sorted(set(partitions) & self._loaded_partitions()), pa.int64())
+        if not len(wanted):
+            return 0.0
         with anyio.move_on_after(within):
             while True:
                 table = self.zone.table()
@@ -221,6 +225,11 @@ class FaultRun:
                         return float(pc.max(firsts.column("handled_at_min")).as_py()) - since
                 await anyio.sleep(ZONE_POLL)
         return None
+
+    def _loaded_partitions(self) -> set[int]:
+        plan = self._load().plan
+        count = self.cluster.partitions
+        return {partition_for(project_id(k + 1), count) for k in range(plan.projects)}
 
     def _seen(self, predicate: Callable[[StatusDoc], bool], after: float) -> float | None:
         return next((at for at, doc in self.history if at >= after and predicate(doc)), None)
@@ -258,12 +267,16 @@ class FaultRun:
         return row
 
     async def handler_paused_past_lease(self, victim: str = "h2") -> Row:
-        """SIGSTOP a handler past its lease, SIGCONT it: its partitions move on, and once it
-        wakes it makes nothing visible for what it lost (judged by when files appear)."""
-        row = self._begin("handler SIGSTOP past its lease, SIGCONT")
+        """SIGSTOP a handler past its lease while it writes a file, SIGCONT it: its
+        partitions move on, and once it wakes it makes nothing visible for what it lost
+        (judged by when files appear), and its half-written file is removed."""
+        row = self._begin("handler SIGSTOP past its lease mid-write, SIGCONT")
         cluster = self.cluster
         held = partitions_of(await cluster.status(), victim)
-        stopped_at = cluster.kill(victim, signal.SIGSTOP)
+        stopped_at, writing = await self._stop_mid_write(victim)
+        row.notes["stopped_mid_write"] = writing is not None
+        if writing is None:
+            row.problems.append(f"{victim} was never stopped while a file of its was in flight")
         lost = await cluster.wait_for(
             lambda d: victim not in member_ids(d) and not partitions_of(d, victim),
             PAUSE + 10.0,
@@ -288,7 +301,36 @@ class FaultRun:
                 f"{victim} made {zombie} rows of partitions it had lost visible "
                 "after its lease expired"
             )
+        if writing is not None and writing.exists():
+            row.problems.append(f"{victim} left its half-written {writing.name} behind")
         return row
+
+    async def _stop_mid_write(self, victim: str, within: float = 60.0) -> tuple[float, Path | None]:
+        """SIGSTOP ``victim`` as soon as one of its files is being written (a hidden
+        ``.{victim}-*.tmp`` in the landing zone): the stop time and that file, still there
+        once the process stopped. A write that finished between the sighting and the
+        signal is let go (SIGCONT at once) and the next one is waited for; after
+        ``within`` seconds it is stopped wherever it is (file None)."""
+        cluster = self.cluster
+        zone, prefix = Path(cluster.zone), f".{victim}-"
+        deadline = time.monotonic() + within
+
+        def in_flight() -> Path | None:
+            while time.monotonic() < deadline:
+                for folder in zone.glob("date=*"):
+                    with os.scandir(folder) as entries:
+                        for entry in entries:
+                            if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                                return Path(entry.path)
+                time.sleep(0.002)  # polling another process's files: no event to await
+            return None
+
+        while True:
+            writing = await anyio.to_thread.run_sync(in_flight)
+            stopped_at = cluster.kill(victim, signal.SIGSTOP)
+            if writing is None or writing.exists():
+                return stopped_at, writing
+            cluster.kill(victim, signal.SIGCONT)  # it finished first: catch the next one
 
     async def handler_paused_briefly(self, victim: str = "h3") -> Row:
         """SIGSTOP a handler for well under half its lease: nothing is rebalanced, and its
@@ -488,14 +530,15 @@ class FaultRun:
             refused_at = time.time()
             await cluster.start_handler(joiner, ready=False)
             moved = await self._moved_away(victim, given)
-            failed = await self._release_failed(victim, since=refused_at)
-            row.notes["failed_releases"] = failed
-            if not failed:
+            first = await self._first_failed_release(victim, since=refused_at)
+            if first is None:
                 row.problems.append(f"{victim} never failed a release: the fault missed")
-            # The refusal's length is the fault being injected, not a synchronisation.
-            await anyio.sleep(max(0.0, refused_at + RELEASE_REFUSAL - time.time()))
+            else:
+                # The refusal's length is the fault being injected, not a synchronisation.
+                await anyio.sleep(max(0.0, first + RELEASE_REFUSAL - time.time()))
             healed_at = time.time()
             await admin.execute_command("ACL", "SETUSER", user, *everything)
+            row.notes["failed_releases"] = len(self._failed_releases(victim, refused_at))
             landed = await self.landing_again(moved, healed_at, RELEASE_RECOVERY_BOUND)
             row.recovery_s = landed
             if landed is None:
@@ -543,22 +586,25 @@ class FaultRun:
         )
         return set(given) - set(partitions_of(doc, victim))
 
-    async def _release_failed(self, victim: str, since: float) -> int:
-        """How many releases ``victim`` logged as failed after ``since``, once there is one
-        (0 if none within ``RELEASE_REFUSAL``)."""
-        with anyio.move_on_after(RELEASE_REFUSAL):
-            while True:
-                failed = [
-                    e
-                    for e in self.cluster.process(victim).log_events(
-                        "partition worker failed; handing back and retrying"
-                    )
-                    if e.get("phase") == "releasing" and float(e.get("ts", 0)) >= since
-                ]
-                if failed:
-                    return len(failed)
+    def _failed_releases(self, victim: str, since: float) -> list[dict[str, Any]]:
+        """The releases ``victim`` logged as failed after ``since``."""
+        return [
+            e
+            for e in self.cluster.process(victim).log_events(
+                "partition worker failed; handing back and retrying"
+            )
+            if e.get("phase") == "releasing" and float(e.get("ts", 0)) >= since
+        ]
+
+    async def _first_failed_release(self, victim: str, since: float) -> float | None:
+        """When ``victim`` first logged a failed release after ``since`` (None if it did
+        not within 30 s)."""
+        with anyio.move_on_after(30.0):
+            while True:  # another process's log file: polled
+                if failed := self._failed_releases(victim, since):
+                    return min(float(e["ts"]) for e in failed)
                 await anyio.sleep(ZONE_POLL)
-        return 0
+        return None
 
     async def server_restarted(self, kind: str, role: str) -> Row:
         """SIGKILL a server the cluster runs on (its data stays: file storage, AOF with an

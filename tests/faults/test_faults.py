@@ -1,13 +1,15 @@
 """The fault matrix: every backend pair under steady load takes a series of faults (a
-handler killed mid-batch, a handler paused past its lease and resumed, a handler paused
-briefly, the leader killed, the leader paused past its lease and resumed, a poison
-message, a minute of handler churn, on etcd and Redis a handler and the leader cut off
-from the store by a blackholing proxy, then the store and the broker killed and restarted).
+handler killed mid-batch, a handler paused past its lease while it writes a file and
+resumed, a handler paused briefly, the leader killed, the leader paused past its lease and
+resumed, a poison message, a minute of handler churn, on etcd and Redis a handler and the
+leader cut off from the store by a blackholing proxy, on Redis a handler whose releases
+the store refuses for a while, then the store and the broker killed and restarted).
 Each fault is a row: lost, duplicated and seconds to recover, printed as ``FAULT`` lines.
 Lost = 0 is asserted for every row, and so are the bounds (failover within the lease TTL +
-2 s, a dead handler's partitions landing again within the TTL + 20 s, no zombie write, no
-rebalance for a brief pause, no publish under a stale term, balanced within one after
-churn).
+2 s, a dead handler's partitions landing again within the TTL + 20 s, no zombie write and
+no half-written file left, no rebalance for a brief pause, no publish under a stale term,
+balanced within one after churn, partitions whose release failed landing again within 25 s
+of the store accepting releases).
 
 Run with ``tox -e faults`` (or ``pytest tests/faults -s``).
 """
