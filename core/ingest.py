@@ -6,6 +6,9 @@ Pure: the caller passes the clock reading, the message ids and the first sequenc
 from __future__ import annotations
 
 import json
+import math
+import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,11 +17,16 @@ from core.messages import Envelope, MessageKind, is_valid_project_id
 from core.partitioning import partition_for
 
 __all__ = [
+    "ACCEPTED_CONTENT_TYPES",
+    "ACCEPTED_ENCODINGS",
     "LANDABLE_SINCE",
     "LANDABLE_UNTIL",
     "IngestLimits",
     "InvalidRequestError",
     "announcement",
+    "check_content_type",
+    "content_codings",
+    "gunzip",
     "parse_body",
     "stamp",
     "unprocessable",
@@ -41,28 +49,108 @@ class InvalidRequestError(ShoalError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class IngestLimits:
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = 4 * 1024 * 1024  # as sent, and again once decompressed
     max_message_bytes: int = 256 * 1024
     max_messages: int = 10_000
 
 
-def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
-    """Split a body into messages: one JSON object, or NDJSON (one JSON object per line).
+# What a request body may be sent as. Anything JSON-shaped is read the same way (one
+# object, an array of objects, or NDJSON); the form type is curl's default for -d.
+ACCEPTED_CONTENT_TYPES = frozenset(
+    {
+        "application/json",
+        "application/x-ndjson",
+        "application/ndjson",
+        "application/jsonl",
+        "application/x-jsonlines",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+    }
+)
+ACCEPTED_ENCODINGS = ("identity", "gzip")
 
-    Every message must be a JSON object within the size limit; blank lines are skipped.
-    Each message is returned as the exact bytes the device sent (no re-encoding).
-    Raises ``InvalidRequestError`` (413 for size limits, 400 otherwise) naming the line.
+
+def check_content_type(value: str | None) -> None:
+    """Refuse (415) a body type the gateway does not read; no header means JSON."""
+    if value is None or not value.strip():
+        return
+    media = value.split(";", 1)[0].strip().lower()
+    if media in ACCEPTED_CONTENT_TYPES or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise InvalidRequestError(
+        f"content type {media!r} is not read here; send JSON or NDJSON "
+        f"({', '.join(sorted(ACCEPTED_CONTENT_TYPES))})",
+        status=415,
+    )
+
+
+def content_codings(value: str | None) -> tuple[str, ...]:
+    """The codings of a ``Content-Encoding`` header, in the order they were applied;
+    415 for any but gzip (and identity, which is dropped)."""
+    codings = tuple(
+        c.strip().lower()
+        for c in (value or "").split(",")
+        if c.strip().lower() not in ("", "identity")
+    )
+    for coding in codings:
+        if coding not in ACCEPTED_ENCODINGS:
+            raise InvalidRequestError(
+                f"content encoding {coding!r} is not read here; send gzip or none", status=415
+            )
+    return codings
+
+
+def gunzip(body: bytes, limit: int) -> bytes:
+    """``body`` decompressed (one or more gzip members), refused with 413 as soon as the
+    output passes ``limit`` bytes: a small body that inflates without bound (a zip bomb)
+    costs at most ``limit`` bytes of memory."""
+    out = bytearray()
+    data = body
+    while data:
+        inflater = zlib.decompressobj(wbits=31)  # gzip framing only
+        try:
+            while data:
+                out += inflater.decompress(data, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise InvalidRequestError(
+                        f"body is over {limit} bytes once decompressed; the limit is {limit}",
+                        status=413,
+                    )
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    break
+        except zlib.error as exc:
+            raise InvalidRequestError(f"body is not valid gzip: {exc}") from None
+        if not inflater.eof:
+            raise InvalidRequestError("body is not valid gzip: it ends inside a member")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
+    """Split a body into messages: one JSON object, a JSON array of objects (a batch), or
+    NDJSON (one JSON object per line; blank lines are skipped).
+
+    Strict JSON: ``NaN``, ``Infinity``, numbers too large for a double and duplicate keys
+    (at any depth) are refused; the body must be UTF-8. Each message is returned as the
+    exact bytes the device sent (no re-encoding). Raises ``InvalidRequestError`` (413 for
+    size limits, 400 otherwise) naming the message and the problem.
     """
     if len(body) > limits.max_body_bytes:
         raise InvalidRequestError(
             f"body is {len(body)} bytes; the limit is {limits.max_body_bytes}", status=413
         )
-    lines = [line.strip() for line in body.split(b"\n")]
-    messages = [line for line in lines if line]
-    if not messages:
-        raise InvalidRequestError("empty body: send one JSON object or NDJSON lines")
-    if len(messages) > 1 and _is_one_json_document(body):
-        messages = [body.strip()]
+    if body.lstrip()[:1] == b"[":
+        messages = _array_elements(body)
+    else:
+        lines = [line.strip() for line in body.split(b"\n")]
+        messages = [line for line in lines if line]
+        if not messages:
+            raise InvalidRequestError("empty body: send one JSON object or NDJSON lines")
+        if len(messages) > 1 and _is_one_json_document(body):
+            messages = [body.strip()]
     if len(messages) > limits.max_messages:
         raise InvalidRequestError(
             f"{len(messages)} messages in one request; the limit is {limits.max_messages}",
@@ -75,10 +163,7 @@ def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
                 f"{limits.max_message_bytes}",
                 status=413,
             )
-        try:
-            value = json.loads(message)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidRequestError(f"message {number} is not valid JSON: {exc}") from None
+        value = _strict_json(message, f"message {number}")
         if not isinstance(value, dict):
             raise InvalidRequestError(
                 f"message {number} is a JSON {type(value).__name__}; expected an object"
@@ -86,11 +171,97 @@ def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
     return messages
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r}")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_STRICT = json.JSONDecoder(
+    object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite
+)
+
+
+def _strict_json(message: bytes, what: str) -> object:
+    try:
+        text = message.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(f"{what} is not UTF-8: {exc}") from None
+    try:
+        value = _STRICT.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequestError(f"{what} is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(text):
+        try:  # a pair is one character; a lone half is no character at all
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError(
+                f"{what} is not valid JSON: a string holds a lone surrogate escape"
+            ) from None
+    return value
+
+
+def _array_elements(body: bytes) -> list[bytes]:
+    """The elements of a body that is one JSON array, each as the exact bytes sent."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(f"body is not UTF-8: {exc}") from None
+    ws = " \t\r\n"
+    at = len(text) - len(text.lstrip(ws)) + 1  # past the "["
+    elements: list[bytes] = []
+    while True:
+        while at < len(text) and text[at] in ws:
+            at += 1
+        if at < len(text) and text[at] == "]" and not elements:
+            at += 1
+            break
+        try:
+            _, end = _STRICT.raw_decode(text, at)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidRequestError(
+                f"message {len(elements) + 1} of the array is not valid JSON: {exc}"
+            ) from None
+        elements.append(text[at:end].encode("utf-8"))
+        at = end
+        while at < len(text) and text[at] in ws:
+            at += 1
+        if at < len(text) and text[at] == ",":
+            at += 1
+            continue
+        if at < len(text) and text[at] == "]":
+            at += 1
+            break
+        raise InvalidRequestError(
+            f"the array is not valid JSON: expected ',' or ']' at character {at}"
+        )
+    if text[at:].strip(ws):
+        raise InvalidRequestError(f"the array is not valid JSON: extra data at character {at}")
+    if not elements:
+        raise InvalidRequestError("empty batch: the array has no messages")
+    return elements
+
+
 def _is_one_json_document(body: bytes) -> bool:
     """A pretty-printed single object spans lines but is one message, not NDJSON."""
     try:
         return isinstance(json.loads(body), dict)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return False
 
 

@@ -65,6 +65,8 @@ class GatewaySettings(BaseSettings):
     max_messages_per_request: int = Field(default=10_000, ge=1)
     publish_timeout: float = Field(default=10.0, gt=0)
     retry_after_seconds: int = Field(default=2, ge=1)
+    # Ingest requests in flight at once (reading, parsing, publishing); past it: 503.
+    max_concurrent_requests: int = Field(default=256, ge=1)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
 

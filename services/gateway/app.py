@@ -13,7 +13,16 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from core.errors import PublishError
-from core.ingest import IngestLimits, InvalidRequestError, announcement, parse_body, stamp
+from core.ingest import (
+    IngestLimits,
+    InvalidRequestError,
+    announcement,
+    check_content_type,
+    content_codings,
+    gunzip,
+    parse_body,
+    stamp,
+)
 from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
 from core.ports import AcceptanceLedger, Transport
 from services.common.logs import fields
@@ -64,6 +73,28 @@ def bulk_message_ids(count: int) -> list[str]:
     return [f"{base}{index:08x}" for index in range(count)]
 
 
+# Bodies above this are parsed in a worker thread: the event loop keeps answering.
+_PARSE_INLINE_BYTES = 64 * 1024
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body as sent, refused (413) once it passes ``limit`` bytes: checked
+    against Content-Length before reading and while reading, never buffered past it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise InvalidRequestError(
+            f"body is {int(declared)} bytes; the limit is {limit}", status=413
+        )
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > limit:
+            raise InvalidRequestError(
+                f"body is over {limit} bytes; the limit is {limit}", status=413
+            )
+    return bytes(chunks)
+
+
 def create_app(
     transport: Transport,
     *,
@@ -73,10 +104,13 @@ def create_app(
     publish_timeout: float,
     retry_after_seconds: int,
     ledger: AcceptanceLedger | None = None,
+    max_concurrent_requests: int = 256,
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport`` and ``ledger`` (entered before,
     closed after). With a ledger, every reserved sequence range is recorded as accepted
-    or refused before the answer is sent."""
+    or refused before the answer is sent, whatever fails after the reservation (a failure
+    then answers 503, never 500). Past ``max_concurrent_requests`` ingest requests in
+    flight, the next is answered 503 with Retry-After at once."""
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
@@ -86,16 +120,39 @@ def create_app(
         metrics.rejected.labels(status=str(status)).inc()
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
+    in_flight = 0
+
     @app.post("/v1/projects/{project_id}/messages", status_code=202)
     async def ingest(project_id: str, request: Request) -> Response:
-        body = await request.body()
-        received_at = time.time()
+        nonlocal in_flight
+        if in_flight >= max_concurrent_requests:
+            return refuse(
+                503,
+                f"{in_flight} requests in flight, the most this gateway takes at once",
+                **{"Retry-After": str(retry_after_seconds)},
+            )
+        in_flight += 1
+        try:
+            return await accept(project_id, request)
+        finally:
+            in_flight -= 1
+
+    async def accept(project_id: str, request: Request) -> Response:
         try:
             if not is_valid_project_id(project_id):
                 raise InvalidRequestError(
                     f"project id {project_id!r} must match {PROJECT_ID_PATTERN.pattern}"
                 )
-            payloads = parse_body(body, limits)
+            check_content_type(request.headers.get("content-type"))
+            codings = content_codings(request.headers.get("content-encoding"))
+            body = await read_body(request, limits.max_body_bytes)
+            for _ in codings:  # gzip applied n times: undone n times, each bounded
+                body = gunzip(body, limits.max_body_bytes)
+            received_at = time.time()
+            if len(body) > _PARSE_INLINE_BYTES:
+                payloads = await anyio.to_thread.run_sync(parse_body, body, limits)
+            else:
+                payloads = parse_body(body, limits)
         except InvalidRequestError as exc:
             return refuse(exc.status, str(exc))
         envelopes = stamp(
@@ -140,17 +197,20 @@ def create_app(
         try:
             with anyio.fail_after(publish_timeout):
                 await transport.publish(batch)
-        except (PublishError, TimeoutError) as exc:
+        except Exception as exc:  # a reserved range is always recorded, and never a 500
             await record(Outcome.REFUSED)
             if first_time:
                 state.announced.discard(project_id)
+            expected = isinstance(exc, PublishError | TimeoutError)
             log.warning(
                 "publish failed; answering 503",
-                extra=fields(project=project_id, messages=len(envelopes), error=str(exc)),
+                extra=fields(project=project_id, messages=len(envelopes), error=repr(exc)),
+                exc_info=not expected,
             )
+            reason = str(exc) if expected else f"{type(exc).__name__}: {exc}"
             return refuse(
                 503,
-                f"broker did not confirm the messages: {exc}",
+                f"broker did not confirm the messages: {reason}",
                 **{"Retry-After": str(retry_after_seconds)},
             )
         await record(Outcome.ACCEPTED)

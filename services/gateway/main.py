@@ -51,6 +51,7 @@ async def serve(container: GatewayContainer) -> None:
             publish_timeout=settings.publish_timeout,
             retry_after_seconds=settings.retry_after_seconds,
             ledger=ledger,
+            max_concurrent_requests=settings.max_concurrent_requests,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()

@@ -3,11 +3,15 @@ same Transport contract suite as NATS)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator, Sequence
 
+import anyio
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from adapters.memory import InMemoryLedger, InMemoryTransport
 from core.errors import PublishError
@@ -92,16 +96,39 @@ async def test_sequence_continues_and_no_second_announcement_when_project_posts_
     assert sum(e.kind is MessageKind.ANNOUNCE for e in stored) == 1
 
 
+ZIP_BOMB = gzip.compress(b"{" + b" " * 1_000_000 + b"}")  # 1 MB of JSON in about 1 KB
+
+
 @pytest.mark.parametrize(
-    ("project", "body", "status", "says"),
+    ("project", "body", "headers", "status", "says"),
     [
-        ("bad.id", b'{"a": 1}', 400, "must match"),
-        ("x" * 65, b'{"a": 1}', 400, "must match"),
-        ("ok", b"not json", 400, "not valid JSON"),
-        ("ok", b"[1, 2]", 400, "expected an object"),
-        ("ok", b"", 400, "empty body"),
-        ("ok", b'{"a": "' + b"x" * 2000 + b'"}', 413, "limit is 1000"),
-        ("ok", b'{"a": 1}\n' * 51, 413, "limit is 50"),
+        ("bad.id", b'{"a": 1}', {}, 400, "must match"),
+        ("x" * 65, b'{"a": 1}', {}, 400, "must match"),
+        ("ok", b"not json", {}, 400, "not valid JSON"),
+        ("ok", b"[1, 2]", {}, 400, "expected an object"),
+        ("ok", b"", {}, 400, "empty body"),
+        ("ok", b"[]", {}, 400, "empty batch"),
+        ("ok", b'[{"a": 1}, ]', {}, 400, "message 2 of the array is not valid JSON"),
+        ("ok", b'[{"a": 1}] {"b": 2}', {}, 400, "extra data"),
+        ("ok", b'[{"a": 1} {"b": 2}]', {}, 400, "expected ',' or ']'"),
+        ("ok", b'{"a": NaN}', {}, 400, "NaN is not a JSON number"),
+        ("ok", b'{"a": -Infinity}', {}, 400, "-Infinity is not a JSON number"),
+        ("ok", b'{"a": 1e999}', {}, 400, "out of range"),
+        ("ok", b'{"a": 1, "a": 2}', {}, 400, "duplicate key 'a'"),
+        ("ok", b'{"a": {"b": 1, "b": 1}}', {}, 400, "duplicate key 'b'"),
+        ("ok", b'{"a": 1}\n{"b": 2, "b": 3}', {}, 400, "message 2"),
+        ("ok", b'{"a": "\xff"}', {}, 400, "not UTF-8"),
+        ("ok", b'{"a": "\\ud800"}', {}, 400, "lone surrogate"),
+        ("ok", b'[{"a": "\\udc00x"}]', {}, 400, "lone surrogate"),
+        ("ok", b'{"a": "' + b"x" * 2000 + b'"}', {}, 413, "limit is 1000"),
+        ("ok", b'{"a": 1}\n' * 51, {}, 413, "limit is 50"),
+        ("ok", b"{" + b" " * 10_001 + b"}", {}, 413, "limit is 10000"),
+        ("ok", b"<a>1</a>", {"content-type": "application/xml"}, 415, "'application/xml'"),
+        ("ok", b'{"a": 1}', {"content-type": "text/html; charset=utf-8"}, 415, "text/html"),
+        ("ok", b'{"a": 1}', {"content-encoding": "br"}, 415, "'br'"),
+        ("ok", b'{"a": 1}', {"content-encoding": "gzip"}, 400, "not valid gzip"),
+        ("ok", gzip.compress(b'{"a": 1}')[:-4], {"content-encoding": "gzip"}, 400, "gzip"),
+        ("ok", ZIP_BOMB, {"content-encoding": "gzip"}, 413, "once decompressed"),
     ],
 )
 async def test_request_is_refused_and_nothing_published_when_input_is_bad(
@@ -109,13 +136,144 @@ async def test_request_is_refused_and_nothing_published_when_input_is_bad(
     memory: InMemoryTransport,
     project: str,
     body: bytes,
+    headers: dict[str, str],
     status: int,
     says: str,
 ) -> None:
-    response = await client.post(f"/v1/projects/{project}/messages", content=body)
+    response = await client.post(f"/v1/projects/{project}/messages", content=body, headers=headers)
     assert response.status_code == status
     assert says in response.json()["error"]
     assert [await memory.backlog(p) for p in range(128)] == [0] * 128
+
+
+async def test_a_json_array_is_a_batch_of_its_objects_kept_byte_for_byte(
+    client: httpx.AsyncClient, memory: InMemoryTransport
+) -> None:
+    body = '[ {"t": 1},\n  {"t": [2, {"u": "ü"}]} ,{"t":3.50}, {"e": "\\ud83d\\ude00"} ]'.encode()
+    response = await client.post(
+        "/v1/projects/dev-array/messages",
+        content=body,
+        headers={"content-type": "application/json; charset=utf-8"},
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["accepted"] == 4
+    stored = await _stored(memory, partition_for("dev-array", 128))
+    assert [e.payload for e in stored if e.kind is MessageKind.DATA] == [
+        b'{"t": 1}',
+        '{"t": [2, {"u": "ü"}]}'.encode(),
+        b'{"t":3.50}',
+        b'{"e": "\\ud83d\\ude00"}',  # a surrogate pair: one character
+    ]
+
+
+async def test_gzip_bodies_are_read_once_decompressed_even_when_gzipped_twice(
+    client: httpx.AsyncClient, memory: InMemoryTransport
+) -> None:
+    ndjson = b'{"g": 1}\n{"g": 2}\n'
+    once = await client.post(
+        "/v1/projects/dev-gzip/messages",
+        content=gzip.compress(ndjson),
+        headers={"content-encoding": "gzip", "content-type": "application/x-ndjson"},
+    )
+    twice = await client.post(
+        "/v1/projects/dev-gzip/messages",
+        content=gzip.compress(gzip.compress(b'{"g": 3}')),
+        headers={"content-encoding": "gzip, gzip"},
+    )
+    assert (once.status_code, twice.status_code) == (202, 202)
+    stored = await _stored(memory, partition_for("dev-gzip", 128))
+    assert [e.payload for e in stored if e.kind is MessageKind.DATA] == [
+        b'{"g": 1}',
+        b'{"g": 2}',
+        b'{"g": 3}',
+    ]
+
+
+async def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(
+    client: httpx.AsyncClient, memory: InMemoryTransport
+) -> None:
+    response = await client.post(
+        "/v1/projects/dev-len/messages",
+        content=b'{"a": 1}',
+        headers={"content-length": "10001"},
+    )
+    assert response.status_code == 413
+    assert "10001 bytes" in response.json()["error"]
+    assert await memory.backlog(partition_for("dev-len", 128)) == 0
+
+
+class HeldTransport(InMemoryTransport):
+    """Publishes only once ``release`` is set: requests stay in flight until then."""
+
+    def __init__(self, holding: int) -> None:
+        super().__init__()
+        self.release = anyio.Event()
+        self.full = anyio.Event()  # ``holding`` publishes wait
+        self._holding = holding
+        self._waiting = 0
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        self._waiting += 1
+        if self._waiting == self._holding:
+            self.full.set()
+        await self.release.wait()
+        await super().publish(envelopes)
+
+
+async def test_503_with_retry_after_past_the_requests_in_flight_bound() -> None:
+    async with HeldTransport(holding=2) as held:
+        app = create_app(
+            held,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(),
+            publish_timeout=30.0,
+            retry_after_seconds=4,
+            max_concurrent_requests=2,
+        )
+        async with (
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://gw"
+            ) as client,
+            anyio.create_task_group() as tg,
+        ):
+            answers: list[int] = []
+
+            async def post(n: int) -> None:
+                answer = await client.post(f"/v1/projects/dev-{n}/messages", json={"n": n})
+                answers.append(answer.status_code)
+
+            tg.start_soon(post, 1)
+            tg.start_soon(post, 2)
+            with anyio.fail_after(5):
+                await held.full.wait()
+            refused = await client.post("/v1/projects/dev-3/messages", json={"n": 3})
+            assert refused.status_code == 503
+            assert refused.headers["Retry-After"] == "4"
+            assert "2 requests in flight" in refused.json()["error"]
+            held.release.set()
+        assert answers == [202, 202]
+        after = await _stored(held, partition_for("dev-3", 128))
+        assert after == []
+
+
+class BrokenTransport(InMemoryTransport):
+    """A transport with a bug: publish raises something no one planned for."""
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        raise KeyError("a bug")
+
+
+async def test_an_unexpected_failure_after_reserving_is_a_503_with_a_ledger_entry() -> None:
+    ledger = InMemoryLedger()
+    async with BrokenTransport() as broken:
+        async for client in _client(broken, ledger):
+            response = await client.post("/v1/projects/dev-bug/messages", json={"a": 1})
+    assert response.status_code == 503
+    assert "KeyError" in response.json()["error"]
+    assert [(e.first_sequence, e.last_sequence, e.outcome) for e in ledger.entries] == [
+        (1, 1, Outcome.REFUSED)
+    ]
 
 
 async def test_503_with_retry_after_when_broker_does_not_confirm() -> None:
@@ -151,3 +309,88 @@ async def test_ledger_records_accepted_and_refused_ranges_when_a_ledger_is_given
         ("dev-5", 1, 2, Outcome.ACCEPTED),
         ("dev-5", 1, 1, Outcome.REFUSED),  # a second gateway app: its own sequences
     ]
+
+
+# -- fuzz: no input yields a 5xx, nothing but JSON objects is ever published ------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_texts = st.one_of(
+    _json_values.map(lambda v: json.dumps(v, allow_nan=True)),
+    st.lists(_json_values.map(lambda v: json.dumps(v, allow_nan=True)), max_size=5).map("\n".join),
+    st.lists(st.dictionaries(st.text(max_size=4), _json_values, max_size=3), max_size=4).map(
+        lambda items: json.dumps(items, allow_nan=True)
+    ),
+    st.text(max_size=60),
+    st.sampled_from(
+        ['{"a": 1, "a": 2}', '[{"a": 1},]', '{"a": 1}\n[', "\ufeff{}", '{"\\ud800": 1}']
+    ),
+)
+_bodies = st.one_of(_texts.map(str.encode), st.binary(max_size=200))
+
+
+def _strict_object(payload: bytes) -> bool:
+    def refuse(name: str) -> object:
+        raise ValueError(name)
+
+    def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise ValueError("duplicate key")
+        return dict(pairs)
+
+    try:
+        value = json.loads(payload.decode("utf-8"), parse_constant=refuse, object_pairs_hook=unique)
+    except ValueError:
+        return False
+    return isinstance(value, dict)
+
+
+async def _fuzz_once(
+    body: bytes, content_type: str | None, coding: str | None, squeeze: bool
+) -> None:
+    headers = {}
+    if content_type is not None:
+        headers["content-type"] = content_type
+    if coding is not None:
+        headers["content-encoding"] = coding
+        if coding == "gzip" and not squeeze:
+            body = gzip.compress(body)
+    ledger = InMemoryLedger()
+    async with InMemoryTransport() as memory:
+        async for client in _client(memory, ledger):
+            response = await client.post(
+                "/v1/projects/fuzz/messages", content=body, headers=headers
+            )
+        stored = [
+            e
+            for e in await _stored(memory, partition_for("fuzz", 128))
+            if e.kind is MessageKind.DATA
+        ]
+    assert response.status_code in (202, 400, 413, 415), (response.status_code, response.text)
+    assert "error" in response.json() or response.status_code == 202
+    if response.status_code == 202:
+        assert len(stored) == response.json()["accepted"] >= 1
+        assert all(_strict_object(e.payload) for e in stored)
+        assert [e.outcome for e in ledger.entries] == [Outcome.ACCEPTED]
+    else:
+        assert stored == [] and ledger.entries == []
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=_bodies,
+    content_type=st.sampled_from(
+        [None, "application/json", "application/x-ndjson", "text/plain", "application/xml", "x/y"]
+    ),
+    coding=st.sampled_from([None, "gzip", "identity", "deflate"]),
+    squeeze=st.booleans(),  # with gzip: send the body uncompressed anyway
+)
+def test_no_input_yields_a_5xx_or_publishes_anything_but_json_objects(
+    body: bytes, content_type: str | None, coding: str | None, squeeze: bool
+) -> None:
+    anyio.run(_fuzz_once, body, content_type, coding, squeeze)
