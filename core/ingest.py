@@ -142,8 +142,10 @@ def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
         raise InvalidRequestError(
             f"body is {len(body)} bytes; the limit is {limits.max_body_bytes}", status=413
         )
+    values: list[object] | None = None  # an array's elements are parsed while split
     if body.lstrip()[:1] == b"[":
-        messages = _array_elements(body)
+        elements = _array_elements(body)
+        messages, values = [m for m, _ in elements], [v for _, v in elements]
     else:
         lines = [line.strip() for line in body.split(b"\n")]
         messages = [line for line in lines if line]
@@ -163,7 +165,8 @@ def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
                 f"{limits.max_message_bytes}",
                 status=413,
             )
-        value = _strict_json(message, f"message {number}")
+        what = f"message {number}"
+        value = values[number - 1] if values is not None else _strict_json(message, what)
         if not isinstance(value, dict):
             raise InvalidRequestError(
                 f"message {number} is a JSON {type(value).__name__}; expected an object"
@@ -206,6 +209,11 @@ def _strict_json(message: bytes, what: str) -> object:
         value = _STRICT.decode(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequestError(f"{what} is not valid JSON: {exc}") from None
+    _refuse_lone_surrogates(text, value, what)
+    return value
+
+
+def _refuse_lone_surrogates(text: str, value: object, what: str) -> None:
     if _SURROGATE_ESCAPE.search(text):
         try:  # a pair is one character; a lone half is no character at all
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -213,31 +221,32 @@ def _strict_json(message: bytes, what: str) -> object:
             raise InvalidRequestError(
                 f"{what} is not valid JSON: a string holds a lone surrogate escape"
             ) from None
-    return value
 
 
-def _array_elements(body: bytes) -> list[bytes]:
-    """The elements of a body that is one JSON array, each as the exact bytes sent."""
+def _array_elements(body: bytes) -> list[tuple[bytes, object]]:
+    """The elements of a body that is one JSON array, each as the exact bytes sent and
+    its strictly parsed value."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequestError(f"body is not UTF-8: {exc}") from None
     ws = " \t\r\n"
     at = len(text) - len(text.lstrip(ws)) + 1  # past the "["
-    elements: list[bytes] = []
+    elements: list[tuple[bytes, object]] = []
     while True:
         while at < len(text) and text[at] in ws:
             at += 1
         if at < len(text) and text[at] == "]" and not elements:
             at += 1
             break
+        what = f"message {len(elements) + 1}"
         try:
-            _, end = _STRICT.raw_decode(text, at)
+            value, end = _STRICT.raw_decode(text, at)
         except (ValueError, RecursionError) as exc:
-            raise InvalidRequestError(
-                f"message {len(elements) + 1} of the array is not valid JSON: {exc}"
-            ) from None
-        elements.append(text[at:end].encode("utf-8"))
+            raise InvalidRequestError(f"{what} of the array is not valid JSON: {exc}") from None
+        piece = text[at:end]
+        _refuse_lone_surrogates(piece, value, what)
+        elements.append((piece.encode("utf-8"), value))
         at = end
         while at < len(text) and text[at] in ws:
             at += 1
