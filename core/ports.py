@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.access import ApiKey
 from core.coordination import Hold, Leader
 from core.dead_letters import DeadLetter
 from core.messages import Envelope, LandedRow, LedgerEntry
@@ -23,6 +24,7 @@ from core.table import Commit, LandedFile, StoredFile, TableState
 
 __all__ = [
     "AcceptanceLedger",
+    "ApiKeyStore",
     "AssignmentStore",
     "DeadLetterQueue",
     "Delivery",
@@ -409,6 +411,26 @@ class AcceptanceLedger(Protocol):
     async def record(self, entry: LedgerEntry) -> None:
         """Append ``entry`` before the gateway answers; it reaches the OS at once and the
         disk within about a second (and at exit). Raises ``OSError`` when it cannot."""
+        ...
+
+
+class ApiKeyStore(Protocol):
+    """The gateway's API keys, stored hashed (``core.access``)."""
+
+    async def keys(self) -> Mapping[str, ApiKey]:
+        """Every key, revoked ones too, by key id. Cheap enough to ask on every request;
+        a change made by another process shows within ``recheck`` seconds (the adapter's).
+        Raises ``OSError`` (or ``ValueError`` for a malformed store) when the store cannot
+        be read at all; after one good read, a bad one keeps the last good keys."""
+        ...
+
+    async def add(self, key: ApiKey) -> None:
+        """Store a new key; ``ValueError`` when its id is taken (nothing changes)."""
+        ...
+
+    async def revoke(self, key_id: str, at: float) -> ApiKey:
+        """Mark the key revoked at ``at`` (a key revoked before keeps its time) and return
+        it; ``KeyError`` for an unknown id."""
         ...
 
 

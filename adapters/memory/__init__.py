@@ -6,6 +6,7 @@ Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership`
 ``InMemoryProjectRegistry`` (one class per port).
 """
 
+from adapters.memory._api_keys import InMemoryApiKeys
 from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
 from adapters.memory._landing_log import InMemoryLandingLog
@@ -24,6 +25,7 @@ from adapters.memory._store import (
 from adapters.memory._transport import InMemoryTransport
 
 __all__ = [
+    "InMemoryApiKeys",
     "InMemoryAssignmentStore",
     "InMemoryCoordination",
     "InMemoryElection",

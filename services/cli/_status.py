@@ -58,6 +58,7 @@ class Stack:
     status_urls: tuple[str, ...]
     dashboard: str | None
     transport_env: Mapping[str, str] = field(default_factory=dict)
+    api_keys_file: str | None = None  # the keys file its gateway reads
 
 
 def state_file() -> Path:
@@ -85,6 +86,7 @@ def _stack_of(entry: object) -> Stack | None:
     urls = entry.get("status_urls")
     dashboard = entry.get("dashboard")
     env = entry.get("transport_env")
+    keys_file = entry.get("api_keys_file")
     return Stack(
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
         status_urls=tuple(u for u in urls if isinstance(u, str) and u)
@@ -94,6 +96,7 @@ def _stack_of(entry: object) -> Stack | None:
         transport_env={k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
         if isinstance(env, Mapping)
         else {},
+        api_keys_file=keys_file if isinstance(keys_file, str) and keys_file else None,
     )
 
 

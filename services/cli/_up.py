@@ -3,7 +3,8 @@
 It starts nats-server and etcd (installed by the project: ``infra/local``), two leader
 replicas whose local scaler runs the handlers (the active leader keeps the pool at
 ``--handlers`` and may grow it under load), one gateway, and the device simulator. It
-prints ``gateway: URL``, ``dashboard: URL`` and ``data: DIR``, then a progress line every
+prints ``gateway: URL``, ``api key: KEY`` (an admin key; its simulator uses it),
+``dashboard: URL`` and ``data: DIR``, then a progress line every
 few seconds, and on Ctrl-C or SIGTERM stops everything it started within 15 s.
 
 Every child runs in its own process group behind the local scaler's launcher, so none of
@@ -32,9 +33,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import SecretStr
 from rich.console import Console
 
+from adapters.keys import ApiKeyFile
 from adapters.local import launch_argv
 from adapters.s3 import S3Location, S3Settings, s3_client
 from infra.local.servers import ServerGroup, free_port, start_etcd, start_minio, start_nats
+from services.cli._keys import new_admin_key
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
 from services.common.landing_zone import is_object_store, landing_log_at
@@ -122,6 +125,8 @@ class _Stack:
         self.status_urls: list[str] = []
         self.servers: dict[str, str] = {}
         self.transport_env: dict[str, str] = {}  # how `shoal dlq` reaches the broker
+        self.api_keys_file = self.run_dir / "api_keys.json"
+        self.api_key = ""  # an admin key: the simulator's, printed for the user
 
     def env(self, **extra: str) -> dict[str, str]:
         """The parent's environment (so any SHOAL_* the user set applies), then ours."""
@@ -186,6 +191,7 @@ def _write_state(stack: _Stack, dashboard: str) -> Path:
         "log_dir": str(stack.log_dir),
         "servers": stack.servers,
         "transport_env": stack.transport_env,
+        "api_keys_file": str(stack.api_keys_file),
         "started_at": time.time(),
     }
     temporary = path.with_suffix(".tmp")
@@ -251,6 +257,8 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
         stack.transport_env = {"SHOAL_TRANSPORT": "nats", "SHOAL_NATS_URL": nats.url}
         if is_object_store(stack.zone):
             await _object_store(stack, servers)
+        async with ApiKeyFile(stack.api_keys_file, create=True) as keys:
+            stack.api_key = await new_admin_key(keys, label=f"shoal up {time.strftime('%F %T')}")
         gateway_port = _port(options.gateway_port)
         leader_ports = [_port(options.dashboard_port)]
         leader_ports.append(_port(leader_ports[0] + 1) if leader_ports[0] + 1 < 65536 else 0)
@@ -303,6 +311,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                 SHOAL_GATEWAY_ID="gateway-1",
                 SHOAL_GATEWAY_PORT=str(gateway_port),
                 SHOAL_GATEWAY_LEDGER_DIR=str(stack.data_dir / "_ledger"),
+                SHOAL_GATEWAY_API_KEYS_FILE=str(stack.api_keys_file),
             ),
         )
         stack.gateway_url = f"http://127.0.0.1:{gateway_port}"
@@ -335,6 +344,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                     return
                 with _state_file(stack, dashboard):
                     print(f"gateway: {stack.gateway_url}", flush=True)
+                    print(f"api key: {stack.api_key}", flush=True)
                     print(f"dashboard: {dashboard}", flush=True)
                     print(f"data: {stack.zone}", flush=True)
                     if "s3" in stack.servers:
@@ -395,6 +405,7 @@ async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> N
             rate=options.rate,
             keep_ids=False,
         ),
+        api_key=stack.api_key,
     )
     landed = _Landed(stack.zone, stack.s3)
     started = anyio.current_time()

@@ -89,9 +89,12 @@ class _Batch:
 class LoadGenerator:
     """``await LoadGenerator(url, plan).run(stop)``; ``wait_accepted(k)`` for milestones."""
 
-    def __init__(self, base_url: str, plan: LoadPlan) -> None:
+    def __init__(self, base_url: str, plan: LoadPlan, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.plan = plan
+        self._headers = {"content-type": "application/x-ndjson"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
         self.summary = LoadSummary()
         self._waiters: list[tuple[int, anyio.Event]] = []
         self._done = anyio.Event()
@@ -136,7 +139,7 @@ class LoadGenerator:
                 limits=limits,
                 timeout=httpx.Timeout(plan.request_timeout),
                 trust_env=False,
-                headers={"content-type": "application/x-ndjson"},
+                headers=self._headers,
             ) as client:
 
                 async def worker() -> None:
@@ -184,7 +187,7 @@ class LoadGenerator:
                 self._progress()
                 return
             summary.rejected[response.status_code] += 1
-            if response.status_code != 503:
+            if response.status_code not in (429, 503):  # only those say "later"
                 summary.failed_batches += 1
                 return
             summary.retried += 1
@@ -209,12 +212,14 @@ async def run_devices(
     plan: LoadPlan,
     duration: float | None,
     report: Callable[[LoadSummary, float], None],
+    *,
     report_every: float = 2.0,
+    api_key: str | None = None,
 ) -> LoadSummary:
     """Post ``plan`` to ``gateway`` for ``duration`` seconds (None: until the plan's messages
     are sent), calling ``report(summary, elapsed)`` every ``report_every`` seconds."""
     stop = anyio.Event()
-    generator = LoadGenerator(gateway, plan)
+    generator = LoadGenerator(gateway, plan, api_key)
     started = anyio.current_time()
     async with anyio.create_task_group() as tg:
 

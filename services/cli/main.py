@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +18,7 @@ from core.partitioning import DEFAULT_PARTITIONS, partition_for
 from services.cli import _simulate, _status
 from services.cli._analytics import analytics_app
 from services.cli._dlq import dlq_app
+from services.cli._keys import keys_app
 from services.cli.devices import LoadPlan, LoadSummary, run_devices
 
 __all__ = ["app", "main"]
@@ -38,6 +40,7 @@ app = typer.Typer(
 )
 app.add_typer(analytics_app, name="analytics")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(keys_app, name="keys")
 
 
 def _fail(message: str) -> NoReturn:
@@ -123,6 +126,14 @@ def devices(
         float | None, typer.Option(min=0.1, help="seconds (default: until Ctrl-C)")
     ] = None,
     batch: Annotated[int, typer.Option(min=1, max=10_000, help="messages per request")] = 10,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SHOAL_API_KEY",
+            help="the gateway's API key (`shoal up` prints one; `shoal keys create`)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Simulate IoT devices: post NDJSON batches over many projects to a gateway."""
     plan = LoadPlan(
@@ -138,7 +149,9 @@ def devices(
         )
 
     try:
-        summary = anyio.run(run_devices, gateway, plan, duration, report)
+        summary = anyio.run(
+            functools.partial(run_devices, gateway, plan, duration, report, api_key=api_key)
+        )
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     typer.echo(summary.line())

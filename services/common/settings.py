@@ -69,6 +69,10 @@ class GatewaySettings(BaseSettings):
     max_concurrent_requests: int = Field(default=256, ge=1)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
+    # The API keys (`shoal keys`); unset: no authentication (the gateway logs a warning).
+    api_keys_file: Path | None = None
+    # Requests per second per key and gateway process (bursts of twice that); past it: 429.
+    key_rate: float = Field(default=200.0, gt=0)
 
 
 class HandlerSettings(BaseSettings):

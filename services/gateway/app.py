@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from core.access import AccessDeniedError, ApiKey, TokenBucket, authenticate, authorize, take
 from core.errors import PublishError
 from core.ingest import (
     IngestLimits,
@@ -24,7 +26,7 @@ from core.ingest import (
     stamp,
 )
 from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
-from core.ports import AcceptanceLedger, Transport
+from core.ports import AcceptanceLedger, ApiKeyStore, Transport
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 
@@ -105,12 +107,21 @@ def create_app(
     retry_after_seconds: int,
     ledger: AcceptanceLedger | None = None,
     max_concurrent_requests: int = 256,
+    api_keys: ApiKeyStore | None = None,
+    key_rate: float = 200.0,
 ) -> FastAPI:
-    """The FastAPI app; the caller owns ``transport`` and ``ledger`` (entered before,
-    closed after). With a ledger, every reserved sequence range is recorded as accepted
-    or refused before the answer is sent, whatever fails after the reservation (a failure
-    then answers 503, never 500). Past ``max_concurrent_requests`` ingest requests in
-    flight, the next is answered 503 with Retry-After at once."""
+    """The FastAPI app; the caller owns ``transport``, ``ledger`` and ``api_keys`` (entered
+    before, closed after). With a ledger, every reserved sequence range is recorded as
+    accepted or refused before the answer is sent, whatever fails after the reservation (a
+    failure then answers 503, never 500). Past ``max_concurrent_requests`` ingest requests
+    in flight, the next is answered 503 with Retry-After at once.
+
+    With ``api_keys``, an ingest request needs ``Authorization: Bearer <key>`` (401 without
+    a valid one, 403 for a project the key may not write), and each key may send
+    ``key_rate`` requests per second (its own ``rate`` if set) with bursts of twice that
+    (at least 1),
+    per gateway process; past it, 429 with Retry-After. Nothing of a refused request is
+    read, stored or recorded."""
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
@@ -121,10 +132,46 @@ def create_app(
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     in_flight = 0
+    buckets: dict[str, TokenBucket] = {}
+
+    async def admit(project_id: str, request: Request) -> Response | None:
+        """The refusal for a request without the right to write now, else None."""
+        if api_keys is None:
+            return None
+        try:
+            keys = await api_keys.keys()
+            key = authenticate(request.headers.get("authorization"), keys)
+            authorize(key, project_id)
+        except AccessDeniedError as exc:
+            extra = {"WWW-Authenticate": 'Bearer realm="shoal"'} if exc.status == 401 else {}
+            return refuse(exc.status, str(exc), **extra)
+        except (OSError, ValueError) as exc:
+            log.error("API keys unreadable; answering 503", extra=fields(error=str(exc)))
+            return refuse(503, "API keys unavailable", **{"Retry-After": str(retry_after_seconds)})
+        if len(buckets) > len(keys):  # keys removed from the store: forget their buckets
+            for gone in buckets.keys() - keys.keys():
+                del buckets[gone]
+        return limit(key)
+
+    def limit(key: ApiKey) -> Response | None:
+        rate = key.rate or key_rate
+        buckets[key.key_id], wait = take(
+            buckets.get(key.key_id), time.monotonic(), rate=rate, burst=max(1.0, 2 * rate)
+        )
+        if wait is None:
+            return None
+        return refuse(
+            429,
+            f"API key {key.key_id} is over its limit of {rate:g} requests per second",
+            **{"Retry-After": str(max(1, math.ceil(wait)))},
+        )
 
     @app.post("/v1/projects/{project_id}/messages", status_code=202)
     async def ingest(project_id: str, request: Request) -> Response:
         nonlocal in_flight
+        refusal = await admit(project_id, request)
+        if refusal is not None:
+            return refusal
         if in_flight >= max_concurrent_requests:
             return refuse(
                 503,

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 import anyio
 from dependency_injector import containers, providers
 
+from adapters.keys import ApiKeyFile
 from adapters.ledger import JsonlLedger
 from core.ingest import IngestLimits
 from services.common.backends import Backends
@@ -39,6 +40,14 @@ async def serve(container: GatewayContainer) -> None:
         ledger = None
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))
+        api_keys = None
+        if settings.api_keys_file is None:
+            log.warning(
+                "authentication is off: any client may write any project "
+                "(set SHOAL_GATEWAY_API_KEYS_FILE; see `shoal keys`)"
+            )
+        else:
+            api_keys = await stack.enter_async_context(ApiKeyFile(settings.api_keys_file))
         app = create_app(
             transport,
             gateway_id=gateway_id,
@@ -52,12 +61,18 @@ async def serve(container: GatewayContainer) -> None:
             retry_after_seconds=settings.retry_after_seconds,
             ledger=ledger,
             max_concurrent_requests=settings.max_concurrent_requests,
+            api_keys=api_keys,
+            key_rate=settings.key_rate,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()
         log.info(
             "gateway starting",
-            extra=fields(id=gateway_id, url=f"http://{settings.host}:{settings.port}"),
+            extra=fields(
+                id=gateway_id,
+                url=f"http://{settings.host}:{settings.port}",
+                auth="off" if api_keys is None else f"API keys in {settings.api_keys_file}",
+            ),
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, 15.0)

@@ -119,14 +119,14 @@ def up(tmp_path: Path) -> Iterator[UpStack]:
     lines: dict[str, str] = {}
     assert process.stdout is not None
     deadline = time.monotonic() + 120
-    while len(lines) < 3 and time.monotonic() < deadline:
+    while len(lines) < 4 and time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
-        match = re.fullmatch(r"(gateway|dashboard|data): (\S+)\n", line)
+        match = re.fullmatch(r"(gateway|api key|dashboard|data): (\S+)\n", line)
         if match:
             lines[match[1]] = match[2]
-    if len(lines) < 3:
+    if len(lines) < 4:
         process.kill()
         raise AssertionError(
             "shoal up did not print its URLs: " + (tmp_path / "up.err").read_text()[-3000:]
@@ -209,3 +209,58 @@ async def test_dashboard_of_shoal_up_shows_three_handlers_and_follows_a_killed_o
         f"\nBROWSER killed {victim}: generation {before.generation} -> {after.generation}, "
         f"owners now {sorted({o for owners in after.owners for o in owners})}"
     )
+
+
+def _keys(up: UpStack, *args: str) -> subprocess.CompletedProcess[str]:
+    """`shoal keys ...` as a user runs it beside `shoal up` (it finds the stack's keys file)."""
+    env = {**os.environ, "SHOAL_STATE_DIR": str(Path(up.state["data_dir"]).parent / "state")}
+    env.pop("SHOAL_GATEWAY_API_KEYS_FILE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "keys", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_shoal_up_runs_with_api_keys_and_its_status_stays_open(up: UpStack) -> None:
+    url = f"{up.lines['gateway']}/v1/projects/{{}}/messages"
+    admin = {"authorization": f"Bearer {up.lines['api key']}"}
+    async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+        anonymous = await client.post(url.format("dev-1"), content=b'{"t": 1}')
+        assert anonymous.status_code == 401, anonymous.text
+        assert "API key" in anonymous.json()["error"]
+        assert anonymous.headers["www-authenticate"].startswith("Bearer")
+        wrong = await client.post(
+            url.format("dev-1"),
+            content=b'{"t": 1}',
+            headers={"authorization": "Bearer shoal_000000000000_" + "x" * 43},
+        )
+        assert wrong.status_code == 401, wrong.text
+        accepted = await client.post(url.format("dev-1"), content=b'{"t": 1}', headers=admin)
+        assert accepted.status_code == 202, accepted.text
+
+        created = _keys(up, "create", "--project", "only-this", "--label", "e2e")
+        assert created.returncode == 0, created.stderr
+        scoped = {"authorization": f"Bearer {created.stdout.strip()}"}
+        # usable from the next request: the gateway checks the keys file on each one
+        mine = await client.post(url.format("only-this"), content=b'{"t": 2}', headers=scoped)
+        assert mine.status_code == 202, mine.text
+        other = await client.post(url.format("dev-1"), content=b'{"t": 3}', headers=scoped)
+        assert other.status_code == 403, other.text
+        assert "only-this" not in other.json()["error"]  # the answer names no other project
+
+        listed = json.loads(_keys(up, "list", "--json").stdout)
+        key_id = next(k["key_id"] for k in listed["keys"] if k["label"] == "e2e")
+        assert created.stdout.strip() not in json.dumps(listed)  # never the secret
+        revoked = _keys(up, "revoke", key_id)
+        assert revoked.returncode == 0, revoked.stderr
+        again = await client.post(url.format("only-this"), content=b"{}", headers=scoped)
+        assert again.status_code == 401, again.text  # from the next request on
+        assert "revoked" in again.json()["error"]
+
+        for read_only in (up.lines["dashboard"], up.state["status_urls"][0]):
+            assert (await client.get(read_only)).status_code == 200
+            assert (await client.post(read_only, content=b"{}")).status_code in (404, 405)
