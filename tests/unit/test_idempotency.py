@@ -86,7 +86,8 @@ def test_the_same_key_with_other_messages_is_another_series(
 ) -> None:
     same = x == y
     assert (fingerprint(x) == fingerprint(y)) == same
-    assert (identity(project, key, fingerprint(x)) == identity(project, key, fingerprint(y))) == same
+    ix, iy = identity(project, key, fingerprint(x)), identity(project, key, fingerprint(y))
+    assert (ix == iy) == same
 
 
 def test_framing_does_not_hide_a_difference() -> None:
