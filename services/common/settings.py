@@ -69,6 +69,8 @@ class GatewaySettings(BaseSettings):
     max_concurrent_requests: int = Field(default=256, ge=1)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
+    # How long an Idempotency-Key's answer is kept (seconds) in the broker-side store.
+    idempotency_window: float = Field(default=600.0, gt=0)
 
 
 class HandlerSettings(BaseSettings):

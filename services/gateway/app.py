@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from adapters.memory import InMemoryIdempotencyStore
 from core.errors import PublishError
 from core.ingest import (
     IngestLimits,
@@ -24,9 +25,10 @@ from core.ingest import (
     stamp,
 )
 from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
-from core.ports import AcceptanceLedger, Transport
+from core.ports import AcceptanceLedger, IdempotencyStore, Transport
 from services.common.logs import fields
 from services.common.metrics import metrics_response
+from services.gateway.idempotency import IdempotentIngest, idempotency_key
 
 log = logging.getLogger("shoal.gateway")
 
@@ -105,12 +107,15 @@ def create_app(
     retry_after_seconds: int,
     ledger: AcceptanceLedger | None = None,
     max_concurrent_requests: int = 256,
+    idempotency: IdempotencyStore | None = None,
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport`` and ``ledger`` (entered before,
     closed after). With a ledger, every reserved sequence range is recorded as accepted
     or refused before the answer is sent, whatever fails after the reservation (a failure
     then answers 503, never 500). Past ``max_concurrent_requests`` ingest requests in
-    flight, the next is answered 503 with Retry-After at once."""
+    flight, the next is answered 503 with Retry-After at once. A request with an
+    ``Idempotency-Key`` goes through ``idempotency`` (``services.gateway.idempotency``;
+    without a store, one in this process's memory)."""
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
@@ -121,6 +126,18 @@ def create_app(
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     in_flight = 0
+    idempotent = IdempotentIngest(
+        transport=transport,
+        store=idempotency if idempotency is not None else InMemoryIdempotencyStore(),
+        ledger=ledger,
+        state=state,
+        metrics=metrics,
+        registry=registry,
+        partitions=partitions,
+        publish_timeout=publish_timeout,
+        retry_after_seconds=retry_after_seconds,
+        refuse=refuse,
+    )
 
     @app.post("/v1/projects/{project_id}/messages", status_code=202)
     async def ingest(project_id: str, request: Request) -> Response:
@@ -143,6 +160,7 @@ def create_app(
                 raise InvalidRequestError(
                     f"project id {project_id!r} must match {PROJECT_ID_PATTERN.pattern}"
                 )
+            key = idempotency_key(request)
             check_content_type(request.headers.get("content-type"))
             codings = content_codings(request.headers.get("content-encoding"))
             body = await read_body(request, limits.max_body_bytes)
@@ -155,6 +173,8 @@ def create_app(
                 payloads = parse_body(body, limits)
         except InvalidRequestError as exc:
             return refuse(exc.status, str(exc))
+        if key is not None:
+            return await idempotent.accept(project_id, key, payloads, received_at)
         envelopes = stamp(
             project_id,
             payloads,

@@ -36,6 +36,9 @@ async def serve(container: GatewayContainer) -> None:
     gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
         transport = await stack.enter_async_context(container.backends.transport())
+        idempotency = await stack.enter_async_context(
+            container.backends.idempotency_store(window=settings.idempotency_window)
+        )
         ledger = None
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))
@@ -52,6 +55,7 @@ async def serve(container: GatewayContainer) -> None:
             retry_after_seconds=settings.retry_after_seconds,
             ledger=ledger,
             max_concurrent_requests=settings.max_concurrent_requests,
+            idempotency=idempotency,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()
