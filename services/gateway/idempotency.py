@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
@@ -66,6 +66,9 @@ class IdempotentIngest:
     publish_timeout: float
     retry_after_seconds: int
     refuse: Refuse
+    # One request per key at a time in this process: a second one sent while the first is
+    # in flight waits for it and is answered from its record, instead of publishing too.
+    _busy: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.replayed = Counter(
@@ -81,6 +84,26 @@ class IdempotentIngest:
         self, project_id: str, key: str, payloads: Sequence[bytes], received_at: float
     ) -> Response:
         digest = key_digest(project_id, key)
+        lock, users = self._busy.get(digest, (anyio.Lock(), 0))
+        self._busy[digest] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._accept(project_id, key, payloads, received_at, digest)
+        finally:
+            lock, users = self._busy[digest]
+            if users == 1:
+                del self._busy[digest]
+            else:
+                self._busy[digest] = (lock, users - 1)
+
+    async def _accept(
+        self,
+        project_id: str,
+        key: str,
+        payloads: Sequence[bytes],
+        received_at: float,
+        digest: str,
+    ) -> Response:
         body_print = fingerprint(payloads)
         try:
             with anyio.fail_after(self.publish_timeout):

@@ -8,6 +8,7 @@ import gzip
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import anyio
 import httpx
 import pytest
 
@@ -216,3 +217,36 @@ async def test_two_gateways_and_a_restart_land_a_retried_request_once() -> None:
         (series, Outcome.REFUSED),
         (series, Outcome.ACCEPTED),
     ]
+
+
+class SlowTransport(InMemoryTransport):
+    """Holds every publish until ``release`` is set; counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = anyio.Event()
+        self.publishes = 0
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        self.publishes += 1
+        await self.release.wait()
+        await super().publish(envelopes)
+
+
+async def test_one_key_sent_twice_at_once_to_one_gateway_publishes_once() -> None:
+    async with SlowTransport() as slow, gateway(slow) as client:
+        answers: list[httpx.Response] = []
+
+        async def post() -> None:
+            headers = {"Idempotency-Key": "twice"}
+            answers.append(await client.post(URL, content=BODY, headers=headers))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post)
+            tg.start_soon(post)
+            await anyio.sleep(0.2)
+            slow.release.set()
+        assert sorted(a.status_code for a in answers) == [200, 202]
+        assert answers[0].json() == answers[1].json()
+        assert slow.publishes == 2  # the announcement and the data, once
+        assert len(_data(await _stored(slow))) == 3
