@@ -17,6 +17,7 @@ from typing import Protocol
 from core.access import ApiKey
 from core.coordination import Hold, Leader
 from core.dead_letters import DeadLetter
+from core.idempotency import IdempotentAnswer
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.retry import DeadLetterReason
@@ -30,6 +31,7 @@ __all__ = [
     "Delivery",
     "Election",
     "HoldStore",
+    "IdempotencyStore",
     "LandingLog",
     "LeaderInfo",
     "Leadership",
@@ -431,6 +433,24 @@ class ApiKeyStore(Protocol):
     async def revoke(self, key_id: str, at: float) -> ApiKey:
         """Mark the key revoked at ``at`` (a key revoked before keeps its time) and return
         it; ``KeyError`` for an unknown id."""
+        ...
+
+
+class IdempotencyStore(Protocol):
+    """What the gateways answered to requests with an ``Idempotency-Key``, shared by every
+    gateway process and kept ``window`` seconds (the adapter's setting) after each answer's
+    ``accepted_at``. Records are looked up by (project, key digest); a later ``remember``
+    of the same scope replaces the earlier one."""
+
+    async def recall(self, project_id: str, key_digest: str) -> IdempotentAnswer | None:
+        """The answer remembered for the scope within the window (including one another
+        gateway remembered before this call started), or None. Raises
+        ``StoreUnavailableError`` when the store does not answer in time."""
+        ...
+
+    async def remember(self, answer: IdempotentAnswer) -> None:
+        """Store ``answer`` durably before returning. Raises ``StoreUnavailableError`` when
+        the store does not confirm in time (it may still be stored)."""
         ...
 
 

@@ -28,6 +28,7 @@ while their member's session is in the group.
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.kafka._dead_letter_queue import KafkaDeadLetterQueue
 from adapters.kafka._election import KafkaElection, KafkaLeadership
+from adapters.kafka._idempotency import KafkaIdempotencyStore
 from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
 from adapters.kafka._reports import KafkaLoadReports
 from adapters.kafka._settings import KafkaSettings
@@ -43,6 +44,7 @@ __all__ = [
     "KafkaDelivery",
     "KafkaElection",
     "KafkaHoldStore",
+    "KafkaIdempotencyStore",
     "KafkaLeadership",
     "KafkaLoadReports",
     "KafkaMembership",

@@ -12,6 +12,7 @@ replays and purges them.
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.nats._dead_letter_queue import NatsDeadLetterQueue
+from adapters.nats._idempotency import NatsIdempotencyStore
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subscription import NatsDelivery, NatsSubscription
 from adapters.nats._transport import NatsTransport
@@ -21,6 +22,7 @@ __all__ = [
     "DeadLetterReason",
     "NatsDeadLetterQueue",
     "NatsDelivery",
+    "NatsIdempotencyStore",
     "NatsSettings",
     "NatsSubscription",
     "NatsTransport",

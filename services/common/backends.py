@@ -23,13 +23,19 @@ from adapters.kafka import (
     KafkaDeadLetterQueue,
     KafkaElection,
     KafkaHoldStore,
+    KafkaIdempotencyStore,
     KafkaLoadReports,
     KafkaMembership,
     KafkaProjectRegistry,
     KafkaSettings,
     KafkaTransport,
 )
-from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
+from adapters.nats import (
+    NatsDeadLetterQueue,
+    NatsIdempotencyStore,
+    NatsSettings,
+    NatsTransport,
+)
 from adapters.redis import (
     RedisAssignmentStore,
     RedisElection,
@@ -96,4 +102,11 @@ class Backends(containers.DeclarativeContainer):
         config.transport,
         nats=providers.Factory(NatsDeadLetterQueue, nats_settings),
         kafka=providers.Factory(KafkaDeadLetterQueue, kafka_settings),
+    )
+    # The gateways' Idempotency-Key records, on the transport's broker; the caller passes
+    # ``window=`` (SHOAL_GATEWAY_IDEMPOTENCY_WINDOW).
+    idempotency_store = providers.Selector(
+        config.transport,
+        nats=providers.Factory(NatsIdempotencyStore, nats_settings),
+        kafka=providers.Factory(KafkaIdempotencyStore, kafka_settings),
     )

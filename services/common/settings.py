@@ -73,6 +73,8 @@ class GatewaySettings(BaseSettings):
     api_keys_file: Path | None = None
     # Requests per second per key and gateway process (bursts of twice that); past it: 429.
     key_rate: float = Field(default=200.0, gt=0)
+    # How long an Idempotency-Key's answer is kept (seconds) in the broker-side store.
+    idempotency_window: float = Field(default=600.0, gt=0)
 
 
 class HandlerSettings(BaseSettings):

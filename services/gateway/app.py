@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from adapters.memory import InMemoryIdempotencyStore
 from core.access import AccessDeniedError, ApiKey, TokenBucket, authenticate, authorize, take
 from core.errors import PublishError
 from core.ingest import (
@@ -26,9 +27,10 @@ from core.ingest import (
     stamp,
 )
 from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
-from core.ports import AcceptanceLedger, ApiKeyStore, Transport
+from core.ports import AcceptanceLedger, ApiKeyStore, IdempotencyStore, Transport
 from services.common.logs import fields
 from services.common.metrics import metrics_response
+from services.gateway.idempotency import IdempotentIngest, idempotency_key
 
 log = logging.getLogger("shoal.gateway")
 
@@ -109,19 +111,23 @@ def create_app(
     max_concurrent_requests: int = 256,
     api_keys: ApiKeyStore | None = None,
     key_rate: float = 200.0,
+    idempotency: IdempotencyStore | None = None,
 ) -> FastAPI:
-    """The FastAPI app; the caller owns ``transport``, ``ledger`` and ``api_keys`` (entered
-    before, closed after). With a ledger, every reserved sequence range is recorded as
-    accepted or refused before the answer is sent, whatever fails after the reservation (a
-    failure then answers 503, never 500). Past ``max_concurrent_requests`` ingest requests
-    in flight, the next is answered 503 with Retry-After at once.
+    """The FastAPI app; the caller owns ``transport``, ``ledger``, ``api_keys`` and
+    ``idempotency`` (entered before, closed after). With a ledger, every reserved sequence
+    range is recorded as accepted or refused before the answer is sent, whatever fails after
+    the reservation (a failure then answers 503, never 500). Past
+    ``max_concurrent_requests`` ingest requests in flight, the next is answered 503 with
+    Retry-After at once.
 
     With ``api_keys``, an ingest request needs ``Authorization: Bearer <key>`` (401 without
     a valid one, 403 for a project the key may not write), and each key may send
     ``key_rate`` requests per second (its own ``rate`` if set) with bursts of twice that
-    (at least 1),
-    per gateway process; past it, 429 with Retry-After. Nothing of a refused request is
-    read, stored or recorded."""
+    (at least 1), per gateway process; past it, 429 with Retry-After. Nothing of a refused
+    request is read, stored or recorded.
+
+    A request with an ``Idempotency-Key`` goes through ``idempotency``
+    (``services.gateway.idempotency``; without a store, one in this process's memory)."""
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
@@ -166,6 +172,19 @@ def create_app(
             **{"Retry-After": str(max(1, math.ceil(wait)))},
         )
 
+    idempotent = IdempotentIngest(
+        transport=transport,
+        store=idempotency if idempotency is not None else InMemoryIdempotencyStore(),
+        ledger=ledger,
+        state=state,
+        metrics=metrics,
+        registry=registry,
+        partitions=partitions,
+        publish_timeout=publish_timeout,
+        retry_after_seconds=retry_after_seconds,
+        refuse=refuse,
+    )
+
     @app.post("/v1/projects/{project_id}/messages", status_code=202)
     async def ingest(project_id: str, request: Request) -> Response:
         nonlocal in_flight
@@ -190,6 +209,7 @@ def create_app(
                 raise InvalidRequestError(
                     f"project id {project_id!r} must match {PROJECT_ID_PATTERN.pattern}"
                 )
+            key = idempotency_key(request)
             check_content_type(request.headers.get("content-type"))
             codings = content_codings(request.headers.get("content-encoding"))
             body = await read_body(request, limits.max_body_bytes)
@@ -202,6 +222,8 @@ def create_app(
                 payloads = parse_body(body, limits)
         except InvalidRequestError as exc:
             return refuse(exc.status, str(exc))
+        if key is not None:
+            return await idempotent.accept(project_id, key, payloads, received_at)
         envelopes = stamp(
             project_id,
             payloads,

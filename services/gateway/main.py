@@ -37,6 +37,9 @@ async def serve(container: GatewayContainer) -> None:
     gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
         transport = await stack.enter_async_context(container.backends.transport())
+        idempotency = await stack.enter_async_context(
+            container.backends.idempotency_store(window=settings.idempotency_window)
+        )
         ledger = None
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))
@@ -63,6 +66,7 @@ async def serve(container: GatewayContainer) -> None:
             max_concurrent_requests=settings.max_concurrent_requests,
             api_keys=api_keys,
             key_rate=settings.key_rate,
+            idempotency=idempotency,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()
