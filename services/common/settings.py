@@ -67,6 +67,9 @@ class GatewaySettings(BaseSettings):
     retry_after_seconds: int = Field(default=2, ge=1)
     # Ingest requests in flight at once (reading, parsing, publishing); past it: 503.
     max_concurrent_requests: int = Field(default=256, ge=1)
+    # Projects whose sequence counter and announcement are kept (LRU); a project forgotten
+    # and seen again starts a new series {id}~{generation} and is announced again.
+    max_tracked_projects: int = Field(default=100_000, ge=1)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
 

@@ -25,6 +25,7 @@ from core.ingest import (
 )
 from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
 from core.ports import AcceptanceLedger, Transport
+from core.tracking import RecentSet, SeriesCounters
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 
@@ -33,21 +34,28 @@ log = logging.getLogger("shoal.gateway")
 
 @dataclass
 class GatewayState:
-    """Per-process state: sequence counters and which projects were announced.
+    """Per-process state: sequence counters and which projects were announced, each
+    bounded to ``max_tracked`` projects (least recently used forgotten first).
 
     Sequences live in memory, so every gateway process has its own ``gateway_id``:
-    after a restart the audit sees a new (gateway, project) series starting at 1.
+    after a restart the audit sees a new (gateway, project) series starting at 1. A
+    project whose counter was forgotten also starts a new series, under
+    ``{gateway_id}~{generation}`` (``core.tracking``); a forgotten announcement is sent again.
     """
 
     gateway_id: str
     partitions: int
-    next_sequence: dict[str, int] = field(default_factory=dict)
-    announced: set[str] = field(default_factory=set)
+    max_tracked: int = 100_000
+    next_sequence: SeriesCounters = field(init=False)
+    announced: RecentSet = field(init=False)
 
-    def reserve(self, project_id: str, count: int) -> int:
-        first = self.next_sequence.get(project_id, 1)
-        self.next_sequence[project_id] = first + count
-        return first
+    def __post_init__(self) -> None:
+        self.next_sequence = SeriesCounters(self.gateway_id, self.max_tracked)
+        self.announced = RecentSet(self.max_tracked)
+
+    def reserve(self, project_id: str, count: int) -> tuple[str, int]:
+        """(the series' gateway id, the first of ``count`` new sequences)."""
+        return self.next_sequence.reserve(project_id, count)
 
 
 class GatewayMetrics:
@@ -105,6 +113,7 @@ def create_app(
     retry_after_seconds: int,
     ledger: AcceptanceLedger | None = None,
     max_concurrent_requests: int = 256,
+    max_tracked_projects: int = 100_000,
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport`` and ``ledger`` (entered before,
     closed after). With a ledger, every reserved sequence range is recorded as accepted
@@ -114,7 +123,7 @@ def create_app(
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    state = GatewayState(gateway_id=gateway_id, partitions=partitions)
+    state = GatewayState(gateway_id, partitions, max_tracked=max_tracked_projects)
 
     def refuse(status: int, message: str, **headers: str) -> JSONResponse:
         metrics.rejected.labels(status=str(status)).inc()
@@ -155,11 +164,12 @@ def create_app(
                 payloads = parse_body(body, limits)
         except InvalidRequestError as exc:
             return refuse(exc.status, str(exc))
+        series, first_sequence = state.reserve(project_id, len(payloads))
         envelopes = stamp(
             project_id,
             payloads,
-            gateway_id=gateway_id,
-            first_sequence=state.reserve(project_id, len(payloads)),
+            gateway_id=series,
+            first_sequence=first_sequence,
             message_ids=bulk_message_ids(len(payloads)),
             received_at=received_at,
             partitions=partitions,
@@ -184,7 +194,7 @@ def create_app(
             if ledger is not None:
                 await ledger.record(
                     LedgerEntry(
-                        gateway_id=gateway_id,
+                        gateway_id=series,
                         project_id=project_id,
                         first_sequence=envelopes[0].sequence,
                         last_sequence=envelopes[-1].sequence,
@@ -220,7 +230,7 @@ def create_app(
         return JSONResponse(
             {
                 "accepted": len(envelopes),
-                "gateway_id": gateway_id,
+                "gateway_id": series,
                 "partition": envelopes[0].partition,
                 "first_sequence": envelopes[0].sequence,
                 "last_sequence": envelopes[-1].sequence,

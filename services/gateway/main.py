@@ -52,6 +52,7 @@ async def serve(container: GatewayContainer) -> None:
             retry_after_seconds=settings.retry_after_seconds,
             ledger=ledger,
             max_concurrent_requests=settings.max_concurrent_requests,
+            max_tracked_projects=settings.max_tracked_projects,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()
