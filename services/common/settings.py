@@ -118,6 +118,12 @@ class HandlerSettings(BaseSettings):
     keepalive_interval: float = Field(default=10.0, gt=0)
     # A project counts toward project_count while it sent data this recently (seconds).
     project_idle: float = Field(default=300.0, gt=0)
+    # A project's registration (the registry, in the coordination store) lives this long
+    # (seconds) past its last refresh; the owner refreshes the projects that sent data every
+    # quarter of it. At most max_projects_per_partition live registrations per partition:
+    # past it a new project is not registered (its data still lands).
+    registration_ttl: float = Field(default=24 * 3600.0, gt=0)
+    max_projects_per_partition: int = Field(default=100_000, ge=1)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=0, ge=0, le=65535)
 
