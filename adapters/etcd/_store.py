@@ -36,6 +36,7 @@ __all__ = ["EtcdAssignmentStore", "EtcdHoldStore", "EtcdProjectRegistry"]
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 _PERIODS_PER_TTL = 4  # registrations share one lease per quarter of their TTL
+_SWEEPS_PER_TTL = 64  # at most one sweep of a partition's expired keys per 1/64 of the TTL
 _MIN_LEASE_TTL = 2.0  # etcd rounds shorter leases up to 2 s
 _MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 _MAX_VALUE_BYTES = 1_500_000  # etcd's default --max-request-bytes is 1.5 MiB, less overhead
@@ -203,15 +204,18 @@ class EtcdProjectRegistry(EtcdAdapter):
     value, as the model does.
 
     The cap: keys are counted (``count_only``); a batch that would pass ``cap`` first
-    deletes the partition's expired keys, once something may have expired since the last
-    such sweep, then adds new projects only into the room left. The count and the puts are
-    separate requests: the cap holds for the partition's owner, the one registrant.
+    deletes the partition's expired keys (reading them all), once something may have
+    expired since the last such sweep and at most once per 1/64 of the TTL, then adds new
+    projects only into the room left. Between sweeps, keys expired but not yet deleted by
+    their lease still count: the cap errs on the side of refusing. The count and the puts
+    are separate requests: the cap holds for the partition's owner, the one registrant.
     """
 
     def __init__(self, settings: EtcdSettings | None = None) -> None:
         super().__init__(settings)
         self._lease_of: dict[tuple[float, int], int] = {}  # (ttl, period number) -> lease
         self._first_expiry: dict[Partition, float] = {}  # earliest expiry written or kept
+        self._swept_at: dict[Partition, float] = {}  # the registrant's clock at the last sweep
 
     async def register(
         self,
@@ -231,7 +235,7 @@ class EtcdProjectRegistry(EtcdAdapter):
         stored = await self._expiries(partition, ids)
         missing = [i for i in ids if i not in stored]
         count = await client.count_prefix(prefix)
-        if count + len(missing) > cap and now >= self._first_expiry.get(partition, -math.inf):
+        if count + len(missing) > cap and self._sweep_due(partition, now, ttl):
             kept = await self._sweep(partition, now)
             stored = {i: kept[i] for i in ids if i in kept}
             count = len(kept)
@@ -271,6 +275,14 @@ class EtcdProjectRegistry(EtcdAdapter):
                     found[project_id] = _expiry(entries[0].value)
         return found
 
+    def _sweep_due(self, partition: Partition, now: float, ttl: float) -> bool:
+        """Something may have expired since the last sweep, which was long enough ago (a
+        flood at the cap would otherwise read the whole partition for every batch)."""
+        return (
+            now >= self._first_expiry.get(partition, -math.inf)
+            and now >= self._swept_at.get(partition, -math.inf) + ttl / _SWEEPS_PER_TTL
+        )
+
     async def _sweep(self, partition: Partition, now: float) -> dict[str, float]:
         """Delete the partition's keys expired at ``now`` (each only if unchanged since
         read); the projects kept, with their expiry."""
@@ -290,6 +302,7 @@ class EtcdProjectRegistry(EtcdAdapter):
             if not result.succeeded:  # refreshed meanwhile: count them as kept
                 kept.update({e.key.removeprefix(prefix): math.inf for e in chunk})
         self._first_expiry[partition] = min(kept.values(), default=math.inf)
+        self._swept_at[partition] = now
         if expired:
             _log.info(
                 "etcd: %d expired project registrations of partition %d deleted",
