@@ -76,7 +76,7 @@ log = logging.getLogger("shoal.handler")
 
 _REFRESHES_PER_TTL = 4  # active projects' registrations are refreshed 4 times per TTL
 _REGISTER_BATCH = 500  # project ids per registration request when refreshing
-_REFUSAL_LOG_INTERVAL = 60.0  # seconds between two cap warnings of one partition
+_FULL_LOG_INTERVAL = 60.0  # seconds between two warnings that one partition is at its cap
 _STORE_CALL_BOUND = 5.0  # seconds one claim, release or close may take before it failed
 
 
@@ -456,6 +456,7 @@ class Handler:
         rows: list[LandedRow] = []
         held: list[Delivery] = []
         announced: list[str] = []
+        senders: set[str] = set()  # projects with data in this batch
         cap = self._settings.max_projects_per_partition
         now = time.time()
         seen_at = time.monotonic()
@@ -484,13 +485,20 @@ class Handler:
                 announced.append(envelope.project_id)
             else:
                 rows.append(LandedRow(envelope, ownership.generation, self._id, now))
-                self._project_seen[envelope.project_id] = seen_at
-                if len(ownership.active) < cap:
-                    ownership.active.add(envelope.project_id)
+                senders.add(envelope.project_id)
         if announced:
             await self._register(partition, announced)
             for project_id in dict.fromkeys(announced):
                 await self._transport.reply_registration(partition, project_id, self._id)
+        # Only registered projects count toward project_count and are refreshed, so only
+        # they are remembered: a flood of unregistered ids grows neither map. (A project
+        # whose registration expired or was refused is announced again by its gateway within
+        # SHOAL_GATEWAY_REANNOUNCE_INTERVAL of its next message.)
+        registered = self._projects.get(partition, set())
+        for project_id in senders & registered:
+            self._project_seen[project_id] = seen_at
+            if len(ownership.active) < cap:
+                ownership.active.add(project_id)
         self._lander.add(partition, subscription, held, rows)
 
     def _give_up(
@@ -527,7 +535,7 @@ class Handler:
         if done.refused:
             self._metrics.registrations_refused.inc(len(done.refused))
             now = time.monotonic()
-            if now >= self._refusals_logged.get(partition, -math.inf) + _REFUSAL_LOG_INTERVAL:
+            if now >= self._refusals_logged.get(partition, -math.inf) + _FULL_LOG_INTERVAL:
                 self._refusals_logged[partition] = now
                 log.warning(
                     "partition at its cap of project registrations; new projects not registered",
@@ -540,9 +548,9 @@ class Handler:
                 )
 
     async def _refresh(self, ownership: _Ownership) -> None:
-        """Refresh the registrations of the projects that sent data on the partition since
-        the last refresh (which also registers again one that expired while idle), in
-        batches, then reload the partition's live registrations."""
+        """Refresh the registrations of the registered projects that sent data on the
+        partition since the last refresh, in batches, then reload the partition's live
+        registrations."""
         partition = ownership.partition
         active, ownership.active = sorted(ownership.active), set()
         for start in range(0, len(active), _REGISTER_BATCH):
