@@ -62,20 +62,26 @@ class SeriesCounters:
 
 
 class RecentSet:
-    """A set of at most ``max_size`` strings; adding past it forgets the least recently
-    added or re-added one. Membership tests do not refresh."""
+    """A set of at most ``max_size`` strings, each with the time it was (last) added;
+    adding past the bound forgets the least recently added one. Membership tests do not
+    refresh."""
 
     def __init__(self, max_size: int) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be at least 1, not {max_size}")
         self.max_size = max_size
-        self._items: OrderedDict[str, None] = OrderedDict()
+        self._items: OrderedDict[str, float] = OrderedDict()
 
-    def add(self, item: str) -> None:
+    def add(self, item: str, at: float = 0.0) -> None:
+        """Add (or re-add) ``item``, added ``at`` (the caller's clock)."""
         self._items.pop(item, None)
-        self._items[item] = None
+        self._items[item] = at
         while len(self._items) > self.max_size:
             self._items.popitem(last=False)
+
+    def added_at(self, item: str) -> float | None:
+        """When ``item`` was last added, if it is in the set."""
+        return self._items.get(item)
 
     def discard(self, item: str) -> None:
         self._items.pop(item, None)

@@ -70,6 +70,9 @@ class GatewaySettings(BaseSettings):
     # Projects whose sequence counter and announcement are kept (LRU); a project forgotten
     # and seen again starts a new series {id}~{generation} and is announced again.
     max_tracked_projects: int = Field(default=100_000, ge=1)
+    # A project is announced again with its next message once its last announcement is
+    # this old (seconds): its registration, if it expired or was refused, is made again.
+    reannounce_interval: float = Field(default=3600.0, gt=0)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -32,6 +33,30 @@ from services.common.metrics import metrics_response
 log = logging.getLogger("shoal.gateway")
 
 
+class AnnouncedProjects:
+    """The projects this gateway announced, at most ``max_size`` (least recently announced
+    forgotten first); one announced more than ``max_age`` seconds ago counts as not
+    announced, so it is announced again with its next message: a registration that
+    expired, was refused at its partition's cap or was lost by the store is made again."""
+
+    def __init__(
+        self, max_size: int, max_age: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._recent = RecentSet(max_size)
+        self._max_age = max_age
+        self._clock = clock
+
+    def __contains__(self, project_id: str) -> bool:
+        at = self._recent.added_at(project_id)
+        return at is not None and self._clock() - at < self._max_age
+
+    def add(self, project_id: str) -> None:
+        self._recent.add(project_id, self._clock())
+
+    def discard(self, project_id: str) -> None:
+        self._recent.discard(project_id)
+
+
 @dataclass
 class GatewayState:
     """Per-process state: sequence counters and which projects were announced, each
@@ -40,18 +65,20 @@ class GatewayState:
     Sequences live in memory, so every gateway process has its own ``gateway_id``:
     after a restart the audit sees a new (gateway, project) series starting at 1. A
     project whose counter was forgotten also starts a new series, under
-    ``{gateway_id}~{generation}`` (``core.tracking``); a forgotten announcement is sent again.
+    ``{gateway_id}~{generation}`` (``core.tracking``); a project whose announcement was
+    forgotten or is older than ``reannounce_interval`` is announced again.
     """
 
     gateway_id: str
     partitions: int
     max_tracked: int = 100_000
+    reannounce_interval: float = 3600.0
     next_sequence: SeriesCounters = field(init=False)
-    announced: RecentSet = field(init=False)
+    announced: AnnouncedProjects = field(init=False)
 
     def __post_init__(self) -> None:
         self.next_sequence = SeriesCounters(self.gateway_id, self.max_tracked)
-        self.announced = RecentSet(self.max_tracked)
+        self.announced = AnnouncedProjects(self.max_tracked, self.reannounce_interval)
 
     def reserve(self, project_id: str, count: int) -> tuple[str, int]:
         """(the series' gateway id, the first of ``count`` new sequences)."""
@@ -114,6 +141,7 @@ def create_app(
     ledger: AcceptanceLedger | None = None,
     max_concurrent_requests: int = 256,
     max_tracked_projects: int = 100_000,
+    reannounce_interval: float = 3600.0,
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport`` and ``ledger`` (entered before,
     closed after). With a ledger, every reserved sequence range is recorded as accepted
@@ -123,7 +151,12 @@ def create_app(
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    state = GatewayState(gateway_id, partitions, max_tracked=max_tracked_projects)
+    state = GatewayState(
+        gateway_id,
+        partitions,
+        max_tracked=max_tracked_projects,
+        reannounce_interval=reannounce_interval,
+    )
 
     def refuse(status: int, message: str, **headers: str) -> JSONResponse:
         metrics.rejected.labels(status=str(status)).inc()

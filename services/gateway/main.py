@@ -53,6 +53,7 @@ async def serve(container: GatewayContainer) -> None:
             ledger=ledger,
             max_concurrent_requests=settings.max_concurrent_requests,
             max_tracked_projects=settings.max_tracked_projects,
+            reannounce_interval=settings.reannounce_interval,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()

@@ -439,3 +439,35 @@ async def test_a_forgotten_project_comes_back_in_a_new_series_and_is_announced_a
         ("gw-test~1", 1),
         ("gw-test~1", 2),
     ]
+
+
+async def test_a_project_is_announced_again_once_its_announcement_is_old() -> None:
+    """Past ``reannounce_interval`` since its last announcement a project is announced
+    again with its next message, so a registration that expired (or was refused at the
+    partition's cap) is made again; its sequences go on in the same series."""
+    async with InMemoryTransport() as memory:
+        app = create_app(
+            memory,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(),
+            publish_timeout=5.0,
+            retry_after_seconds=3,
+            reannounce_interval=0.2,
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+            firsts = [(await client.post("/v1/projects/dev-r/messages", json={})).json()]
+            firsts.append((await client.post("/v1/projects/dev-r/messages", json={})).json())
+            await anyio.sleep(0.3)
+            firsts.append((await client.post("/v1/projects/dev-r/messages", json={})).json())
+        stored = await _stored(memory, partition_for("dev-r", 128))
+    assert [a["first_sequence"] for a in firsts] == [1, 2, 3]
+    assert [e.kind for e in stored] == [
+        MessageKind.ANNOUNCE,
+        MessageKind.DATA,
+        MessageKind.DATA,
+        MessageKind.ANNOUNCE,
+        MessageKind.DATA,
+    ]

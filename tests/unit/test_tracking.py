@@ -54,9 +54,10 @@ def test_bounds_must_be_positive() -> None:
 @given(items=st.lists(st.sampled_from("abcdefgh")), bound=st.integers(1, 5))
 def test_recent_set_keeps_the_most_recent_within_its_bound(items: list[str], bound: int) -> None:
     recent = RecentSet(bound)
-    for item in items:
-        recent.add(item)
+    for at, item in enumerate(items):
+        recent.add(item, float(at))
         assert item in recent
+        assert recent.added_at(item) == at
         assert len(recent) <= bound
     newest = list(dict.fromkeys(reversed(items)))[:bound]
     assert all(item in recent for item in newest)
