@@ -224,7 +224,8 @@ class CoordinationState:
                 state,
                 accepted=True,
                 reason=f"partition {partition} holds {cap} projects, the most it takes: "
-                f"refused {', '.join(refused)}",
+                f"refused {len(refused)} ({', '.join(refused[:5])}"
+                f"{', ...' if len(refused) > 5 else ''})",
             )
         return _accepted(state)
 

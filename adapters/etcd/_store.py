@@ -285,7 +285,7 @@ class EtcdProjectRegistry(EtcdAdapter):
 
     async def _sweep(self, partition: Partition, now: float) -> dict[str, float]:
         """Delete the partition's keys expired at ``now`` (each only if unchanged since
-        read); the projects kept, with their expiry."""
+        read); every key left, with its expiry as read."""
         client, prefix = self._client, self._keys.projects(partition)
         entries, _ = await client.get_prefix(prefix)
         kept: dict[str, float] = {}
@@ -299,8 +299,8 @@ class EtcdProjectRegistry(EtcdAdapter):
         for chunk in _chunks(expired):
             compares = [client.modified_at(e.key, e.mod_revision) for e in chunk]
             result = await client.txn(compares, [client.delete_op(e.key) for e in chunk])
-            if not result.succeeded:  # refreshed meanwhile: count them as kept
-                kept.update({e.key.removeprefix(prefix): math.inf for e in chunk})
+            if not result.succeeded:  # one changed meanwhile: all are left (next sweep)
+                kept.update({e.key.removeprefix(prefix): _expiry(e.value) for e in chunk})
         self._first_expiry[partition] = min(kept.values(), default=math.inf)
         self._swept_at[partition] = now
         if expired:

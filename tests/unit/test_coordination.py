@@ -98,7 +98,7 @@ def test_past_the_cap_new_projects_are_refused_and_live_ones_refreshed() -> None
     state = accepted(CoordinationState().register_projects(0, "abc", now=0.0, ttl=10.0, cap=3))
     applied = state.register_projects(0, ["d", "a", "e"], now=5.0, ttl=10.0, cap=3)
     assert applied.accepted  # a and the room left are still written
-    assert "refused d, e" in applied.reason
+    assert "refused 2 (d, e)" in applied.reason
     assert registration(state, applied.state, 0, "dae", 5.0) == Registration(
         refused=frozenset("de")
     )
