@@ -20,7 +20,12 @@ The rules:
 - **holds** (the handoff lock on a partition): ``claim`` takes a free partition, or
   replaces exactly the hold version the claimant observed (a holder whose lease expired,
   see ``core.handoff.decide_claim``); ``release`` drops the hold only for its holder.
-- **projects**: a project registers once per partition.
+- **projects**: a registration lives until its expiry (``now + ttl`` of the latest
+  register or refresh: a refresh never shortens it); expired registrations are dropped at
+  the next registration on their partition and are not listed. A partition holds at most
+  ``cap`` live registrations: past it, a new project is refused (refreshing one that is
+  live is always accepted), so a flood of new project ids cannot grow the store without
+  bound. Times are the caller's clock (seconds); the model only compares them.
 
 Versions (a hold's ``version``, a leader's ``term``) come from the store: etcd revisions,
 Kafka offsets, the in-memory store's counter. The model only compares them.
@@ -28,14 +33,22 @@ Kafka offsets, the in-memory store's counter. The model only compares them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
 
 from core.model import Assignment, MemberId, Partition
 
-__all__ = ["Applied", "CoordinationState", "Hold", "Leader", "supersedes"]
+__all__ = [
+    "Applied",
+    "CoordinationState",
+    "Hold",
+    "Leader",
+    "Registration",
+    "registration",
+    "supersedes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +101,8 @@ class CoordinationState:
     assignment: Assignment | None = None
     assignment_term: int = 0
     holds: Mapping[Partition, Hold] = field(default_factory=lambda: _frozen({}))
-    projects: Mapping[Partition, frozenset[str]] = field(default_factory=lambda: _frozen({}))
+    # partition -> project -> when its registration expires (the registrant's clock)
+    projects: Mapping[Partition, Mapping[str, float]] = field(default_factory=lambda: _frozen({}))
 
     # -- members ---------------------------------------------------------------------------
 
@@ -175,13 +189,50 @@ class CoordinationState:
 
     # -- projects --------------------------------------------------------------------------
 
-    def register_project(self, partition: Partition, project_id: str) -> Applied:
-        registered = self.projects.get(partition, frozenset())
-        if project_id in registered:
-            return self._refused(f"project {project_id!r} is already registered")
-        return _accepted(
-            replace(self, projects=_frozen({**self.projects, partition: registered | {project_id}}))
-        )
+    def register_projects(
+        self,
+        partition: Partition,
+        project_ids: Iterable[str],
+        *,
+        now: float,
+        ttl: float,
+        cap: int,
+    ) -> Applied:
+        """Register (or refresh) each of ``project_ids`` on ``partition`` until ``now +
+        ttl``, in order: first the partition's registrations expired at ``now`` are dropped,
+        then a project not live is added only while fewer than ``cap`` are live. Always
+        accepted (the others are registered even when some are refused); the refused ones
+        are named in the reason, and ``registration`` tells them apart."""
+        if ttl <= 0 or cap < 0:
+            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
+        live = {p: t for p, t in self.projects.get(partition, {}).items() if t > now}
+        expires = now + ttl
+        refused: list[str] = []
+        for project_id in dict.fromkeys(project_ids):
+            if project_id in live:
+                live[project_id] = max(live[project_id], expires)
+            elif len(live) < cap:
+                live[project_id] = expires
+            else:
+                refused.append(project_id)
+        projects = {p: r for p, r in self.projects.items() if p != partition}
+        if live:
+            projects[partition] = _frozen(live)
+        state = replace(self, projects=_frozen(dict(sorted(projects.items()))))
+        if refused:
+            return Applied(
+                state,
+                accepted=True,
+                reason=f"partition {partition} holds {cap} projects, the most it takes: "
+                f"refused {len(refused)} ({', '.join(refused[:5])}"
+                f"{', ...' if len(refused) > 5 else ''})",
+            )
+        return _accepted(state)
+
+    def live_projects(self, partition: Partition, now: float) -> frozenset[str]:
+        """The projects registered on ``partition`` whose registration has not expired at
+        ``now``."""
+        return frozenset(p for p, t in self.projects.get(partition, {}).items() if t > now)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -200,3 +251,30 @@ class Applied:
     state: CoordinationState
     accepted: bool
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What ``ProjectRegistry.register`` did: ``added`` were not registered (or had
+    expired) and are now; ``refused`` were not live and found the partition full (at its
+    cap). The rest were refreshed."""
+
+    added: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
+
+
+def registration(
+    before: CoordinationState,
+    after: CoordinationState,
+    partition: Partition,
+    project_ids: Iterable[str],
+    now: float,
+) -> Registration:
+    """The ``Registration`` that took the store from ``before`` to ``after``."""
+    was = before.live_projects(partition, now)
+    now_live = after.live_projects(partition, now)
+    ids = set(project_ids)
+    return Registration(
+        added=frozenset(i for i in ids if i in now_live and i not in was),
+        refused=frozenset(i for i in ids if i not in now_live),
+    )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.access import ApiKey
-from core.coordination import Hold, Leader
+from core.coordination import Hold, Leader, Registration
 from core.dead_letters import DeadLetter
 from core.idempotency import IdempotentAnswer
 from core.messages import Envelope, LandedRow, LedgerEntry
@@ -206,15 +206,31 @@ class HoldStore(Protocol):
 
 
 class ProjectRegistry(Protocol):
-    """The projects announced on each partition. Every method raises
+    """The projects announced on each partition, each registration living for a TTL
+    unless refreshed, at most ``cap`` live ones per partition (``core.coordination``'s
+    rules). Times are the caller's wall clock in seconds. Every method raises
     ``StoreUnavailableError`` when the store does not answer in time."""
 
-    async def register(self, partition: Partition, project_id: str) -> bool:
-        """Remember that ``project_id`` lives on ``partition``; True the first time."""
+    async def register(
+        self,
+        partition: Partition,
+        project_ids: Sequence[str],
+        *,
+        now: float,
+        ttl: float,
+        cap: int,
+    ) -> Registration:
+        """Register or refresh each of ``project_ids`` on ``partition`` until ``now + ttl``
+        (a refresh never shortens one). A project not live is refused when ``partition``
+        already holds ``cap`` live registrations. Says which were added and refused.
+        Registrations expired at ``now`` stop counting towards the cap at once; the store
+        removes them later (etcd: their lease, about a quarter TTL after the expiry, or a
+        sweep when the cap is reached; Redis: the partition's next registration, or its
+        key's own expiry; Kafka: the partition's next registration, then compaction)."""
         ...
 
-    async def projects(self, partition: Partition) -> frozenset[str]:
-        """The projects registered on ``partition``."""
+    async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
+        """The projects registered on ``partition`` and not expired at ``now``."""
         ...
 
 

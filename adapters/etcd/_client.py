@@ -149,6 +149,16 @@ class EtcdClient:
         )
         return [Entry.of(item) for item in response.kvs], int(response.header.revision)
 
+    async def count_prefix(self, prefix: str) -> int:
+        """How many keys are under ``prefix`` (etcd counts them; none is sent)."""
+        kv = self._connected.kv
+        assert kv is not None
+        response = await self._call(
+            "count prefix",
+            lambda t: kv.get(prefix, prefix_range_end(prefix), count_only=True, timeout=t),
+        )
+        return int(response.count)
+
     async def txn(
         self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
     ) -> TxnResult:

@@ -11,8 +11,10 @@ cannot race another writer).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+import math
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing
+from typing import TypeVar
 
 from adapters.etcd._base import EtcdAdapter
 from adapters.etcd._client import Entry
@@ -23,14 +25,20 @@ from adapters.etcd._codec import (
     encode_assignment,
     encode_hold,
 )
+from adapters.etcd._settings import EtcdSettings
 from adapters.etcd._watch import watch_snapshots
-from core.coordination import Hold, Leader, supersedes
-from core.errors import FencedError
+from core.coordination import Hold, Leader, Registration, supersedes
+from core.errors import FencedError, LeaseLostError
 from core.model import Assignment, MemberId, Partition
 
 __all__ = ["EtcdAssignmentStore", "EtcdHoldStore", "EtcdProjectRegistry"]
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
+_PERIODS_PER_TTL = 4  # registrations share one lease per quarter of their TTL
+_SWEEPS_PER_TTL = 64  # at most one sweep of a partition's expired keys per 1/64 of the TTL
+_MIN_LEASE_TTL = 2.0  # etcd rounds shorter leases up to 2 s
+_MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 _MAX_VALUE_BYTES = 1_500_000  # etcd's default --max-request-bytes is 1.5 MiB, less overhead
 
 
@@ -188,16 +196,167 @@ class EtcdHoldStore(EtcdAdapter):
 
 
 class EtcdProjectRegistry(EtcdAdapter):
-    """The ``ProjectRegistry`` port on etcd: the projects seen on each partition."""
+    """The ``ProjectRegistry`` port on etcd: ``projects/{p}/{project}`` -> its expiry
+    (seconds, the registrant's clock, as ASCII), the key on a lease shared by every
+    registration written in the same period (a quarter of the TTL): one lease per period,
+    not one per key, living ``ttl`` + a period, so etcd deletes a key that was not
+    refreshed about a period after its expiry. Reads and the cap go by the expiry in the
+    value, as the model does.
 
-    async def register(self, partition: Partition, project_id: str) -> bool:
-        client, key = self._client, self._keys.project(partition, project_id)
-        result = await client.txn([client.created_at(key, 0)], [client.put_op(key, b"")])
-        return result.succeeded
+    The cap: keys are counted (``count_only``); a batch that would pass ``cap`` first
+    deletes the partition's expired keys (reading them all), once something may have
+    expired since the last such sweep and at most once per 1/64 of the TTL, then adds new
+    projects only into the room left. Between sweeps, keys expired but not yet deleted by
+    their lease still count: the cap errs on the side of refusing. The count and the puts
+    are separate requests: the cap holds for the partition's owner, the one registrant.
+    """
 
-    async def projects(self, partition: Partition) -> frozenset[str]:
+    def __init__(self, settings: EtcdSettings | None = None) -> None:
+        super().__init__(settings)
+        self._lease_of: dict[tuple[float, int], int] = {}  # (ttl, period number) -> lease
+        self._first_expiry: dict[Partition, float] = {}  # earliest expiry written or kept
+        self._swept_at: dict[Partition, float] = {}  # the registrant's clock at the last sweep
+
+    async def register(
+        self,
+        partition: Partition,
+        project_ids: Sequence[str],
+        *,
+        now: float,
+        ttl: float,
+        cap: int,
+    ) -> Registration:
+        if ttl <= 0 or cap < 0:
+            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
+        ids = list(dict.fromkeys(project_ids))
+        if not ids:
+            return Registration()
+        client, prefix = self._client, self._keys.projects(partition)
+        stored = await self._expiries(partition, ids)
+        missing = [i for i in ids if i not in stored]
+        count = await client.count_prefix(prefix)
+        if count + len(missing) > cap and self._sweep_due(partition, now, ttl):
+            kept = await self._sweep(partition, now)
+            stored = {i: kept[i] for i in ids if i in kept}
+            count = len(kept)
+        expiry = now + ttl
+        room = cap - count
+        added: set[str] = set()
+        refused: set[str] = set()
+        writes: list[tuple[str, float]] = []
+        for project_id in ids:
+            before = stored.get(project_id)
+            if before is None:
+                if room <= 0:
+                    refused.add(project_id)
+                    continue
+                room -= 1
+            if before is None or before <= now:
+                added.add(project_id)
+            writes.append((project_id, expiry if before is None else max(before, expiry)))
+        await self._put(partition, writes, now=now, ttl=ttl)
+        return Registration(added=frozenset(added), refused=frozenset(refused))
+
+    async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
         prefix = self._keys.projects(partition)
-        entries, _ = await self._client.get_prefix(prefix, keys_only=True)
-        return frozenset(entry.key.removeprefix(prefix) for entry in entries)
+        entries, _ = await self._client.get_prefix(prefix)
+        return frozenset(
+            entry.key.removeprefix(prefix) for entry in entries if _expiry(entry.value) > now
+        )
+
+    async def _expiries(self, partition: Partition, ids: Sequence[str]) -> dict[str, float]:
+        """The stored expiry of each of ``ids`` that has a key."""
+        client, found = self._client, {}
+        for chunk in _chunks(ids):
+            keys = [self._keys.project(partition, i) for i in chunk]
+            result = await client.txn([], [client.get_op(key) for key in keys])
+            for project_id, entries in zip(chunk, result.ranges, strict=True):
+                if entries:
+                    found[project_id] = _expiry(entries[0].value)
+        return found
+
+    def _sweep_due(self, partition: Partition, now: float, ttl: float) -> bool:
+        """Something may have expired since the last sweep, which was long enough ago (a
+        flood at the cap would otherwise read the whole partition for every batch)."""
+        return (
+            now >= self._first_expiry.get(partition, -math.inf)
+            and now >= self._swept_at.get(partition, -math.inf) + ttl / _SWEEPS_PER_TTL
+        )
+
+    async def _sweep(self, partition: Partition, now: float) -> dict[str, float]:
+        """Delete the partition's keys expired at ``now`` (each only if unchanged since
+        read); every key left, with its expiry as read."""
+        client, prefix = self._client, self._keys.projects(partition)
+        entries, _ = await client.get_prefix(prefix)
+        kept: dict[str, float] = {}
+        expired: list[Entry] = []
+        for entry in entries:
+            expiry = _expiry(entry.value)
+            if expiry > now:
+                kept[entry.key.removeprefix(prefix)] = expiry
+            else:
+                expired.append(entry)
+        for chunk in _chunks(expired):
+            compares = [client.modified_at(e.key, e.mod_revision) for e in chunk]
+            result = await client.txn(compares, [client.delete_op(e.key) for e in chunk])
+            if not result.succeeded:  # one changed meanwhile: all are left (next sweep)
+                kept.update({e.key.removeprefix(prefix): _expiry(e.value) for e in chunk})
+        self._first_expiry[partition] = min(kept.values(), default=math.inf)
+        self._swept_at[partition] = now
+        if expired:
+            _log.info(
+                "etcd: %d expired project registrations of partition %d deleted",
+                len(expired),
+                partition,
+            )
+        return kept
+
+    async def _put(
+        self, partition: Partition, writes: Sequence[tuple[str, float]], *, now: float, ttl: float
+    ) -> None:
+        if not writes:
+            return
+        client = self._client
+        for attempt in (1, 2):
+            lease = await self._lease(now, ttl)
+            try:
+                for chunk in _chunks(writes):
+                    ops = [
+                        client.put_op(self._keys.project(partition, i), repr(e).encode(), lease)
+                        for i, e in chunk
+                    ]
+                    await client.txn([], ops)
+                break
+            except LeaseLostError:  # the period's lease expired (a long pause): a new one
+                self._lease_of = {k: v for k, v in self._lease_of.items() if v != lease}
+                if attempt == 2:
+                    raise
+        first = min(e for _, e in writes)
+        self._first_expiry[partition] = min(self._first_expiry.get(partition, math.inf), first)
+
+    async def _lease(self, now: float, ttl: float) -> int:
+        """The lease of the current period: granted for ``ttl`` + a period, so it outlives
+        every expiry written on it."""
+        period = ttl / _PERIODS_PER_TTL
+        slot = (ttl, math.floor(now / period))
+        lease = self._lease_of.get(slot)
+        if lease is None:
+            lease = await self._client.grant(max(_MIN_LEASE_TTL, ttl + period))
+            self._lease_of = {k: v for k, v in self._lease_of.items() if k[0] != ttl}
+            self._lease_of[slot] = lease
+        return lease
 
     # --- decoding ------------------------------------------------------------------------
+
+
+def _expiry(value: bytes) -> float:
+    """A registration's expiry; 0 (expired) for a key of an older version (no expiry)."""
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), _MAX_TXN_OPS):
+        yield items[start : start + _MAX_TXN_OPS]

@@ -20,7 +20,12 @@ Records (JSON; ``rid`` identifies the request so its writer can find the outcome
   otherwise).
 - ``claim {p, member, generation, replacing}``, ``release {p, member}``: the handoff lock,
   a compare-and-set on the hold's version (the offset of the claim that made it).
-- ``project {p, project}``: registered once per partition; True the first time.
+- ``projects {p, projects, now, ttl, cap}``: register or refresh ``projects`` on ``p`` until
+  ``now + ttl``, dropping the registrations of ``p`` expired at ``now``, at most ``cap`` live
+  ones (``CoordinationState.register_projects``). The registry appends none when the whole
+  batch would be refused, so a partition at its cap adds nothing to the log. (A
+  ``project {p, project}`` record of an older version, without expiry, changes nothing:
+  handlers register their active projects again.)
 - ``snapshot {upto, state}``: the state after every record before offset ``upto``. It is
   *consistent* iff no record that changes the state lies between ``upto`` and itself; a
   reader that knows the state checks that it agrees (and logs an error if it does not),
@@ -104,9 +109,18 @@ class _Release(_Record):
 
 
 class _Project(_Record):
+    """A registration of an older version, without expiry: ignored."""
+
     op: Literal["project"]
+
+
+class _Projects(_Record):
+    op: Literal["projects"]
     p: StrictInt
-    project: StrictStr
+    projects: list[StrictStr]
+    now: float
+    ttl: float
+    cap: StrictInt
 
 
 class _LeaderWire(BaseModel):
@@ -134,7 +148,8 @@ class _StateWire(BaseModel):
     assignment: dict[str, Any] | None = None
     assignment_term: StrictInt = 0
     holds: list[_HoldWire] = []
-    projects: dict[str, list[StrictStr]] = {}
+    # partition -> project -> expiry (an older version's ``projects`` lists are dropped)
+    registrations: dict[str, dict[str, float]] = {}
 
     @staticmethod
     def of(model: CoordinationState) -> _StateWire:
@@ -152,7 +167,9 @@ class _StateWire(BaseModel):
                 )
                 for _, h in sorted(model.holds.items())
             ],
-            projects={str(p): sorted(names) for p, names in sorted(model.projects.items())},
+            registrations={
+                str(p): dict(sorted(names.items())) for p, names in sorted(model.projects.items())
+            },
         )
 
     def to_state(self) -> CoordinationState:
@@ -166,7 +183,7 @@ class _StateWire(BaseModel):
                 {h.p: Hold(h.p, h.member, h.generation, h.version) for h in self.holds}
             ),
             projects=MappingProxyType(
-                {int(p): frozenset(names) for p, names in self.projects.items()}
+                {int(p): MappingProxyType(dict(names)) for p, names in self.registrations.items()}
             ),
         )
 
@@ -177,7 +194,7 @@ class _Snapshot(_Record):
     state: _StateWire
 
 
-_Request = _Lead | _Depose | _Publish | _Claim | _Release | _Project
+_Request = _Lead | _Depose | _Publish | _Claim | _Release | _Project | _Projects
 
 
 class _AnyRecord(RootModel[_Request | _Snapshot]):
@@ -258,7 +275,11 @@ class LogState:
             case _Release():
                 return model.release(record.p, record.member)
             case _Project():
-                return model.register_project(record.p, record.project)
+                return Applied(model, accepted=True, reason="a registration without expiry")
+            case _Projects():
+                return model.register_projects(
+                    record.p, record.projects, now=record.now, ttl=record.ttl, cap=record.cap
+                )
 
 
 class CoordLog:

@@ -12,7 +12,7 @@ every write confirmed before it (from any process).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import anyio
 
@@ -20,7 +20,7 @@ from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
-from core.coordination import Hold, Leader
+from core.coordination import Hold, Leader, Registration, registration
 from core.errors import FencedError, StoreUnavailableError
 from core.model import Assignment, MemberId, Partition
 from core.retry import retry_delay
@@ -152,14 +152,31 @@ class KafkaHoldStore(KafkaLogAdapter):
 
 class KafkaProjectRegistry(KafkaLogAdapter):
     """The ``ProjectRegistry`` port on the Kafka coordination log: the projects seen on
-    each partition."""
+    each partition, with their expiry. A batch the replayed state shows would be refused
+    whole (the partition is at its cap and none of them is live) appends nothing, so a
+    flood of new project ids stops adding to the log at the cap."""
 
-    async def register(self, partition: Partition, project_id: str) -> bool:
-        if project_id in self.log.state.model.projects.get(partition, ()):
-            return False
-        outcome = await self.log.request("project", p=partition, project=project_id)
-        return outcome.accepted
+    async def register(
+        self,
+        partition: Partition,
+        project_ids: Sequence[str],
+        *,
+        now: float,
+        ttl: float,
+        cap: int,
+    ) -> Registration:
+        ids = list(dict.fromkeys(project_ids))
+        model = self.log.state.model
+        # what the log would decide on the state replayed so far: the state after it
+        # can only hold more (other registrants), so a batch refused whole here is too
+        expected = model.register_projects(partition, ids, now=now, ttl=ttl, cap=cap)
+        if not ids or registration(model, expected.state, partition, ids, now).refused == set(ids):
+            return Registration(refused=frozenset(ids))
+        outcome = await self.log.request(
+            "projects", p=partition, projects=ids, now=now, ttl=ttl, cap=cap
+        )
+        return registration(model, outcome.state, partition, ids, now)
 
-    async def projects(self, partition: Partition) -> frozenset[str]:
+    async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
         await self.log.sync()
-        return frozenset(self.log.state.model.projects.get(partition, ()))
+        return self.log.state.model.live_projects(partition, now)

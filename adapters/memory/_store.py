@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from adapters.memory._base import MemoryAdapter
-from core.coordination import Hold, Leader
+from core.coordination import Hold, Leader, Registration, registration
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -81,12 +81,25 @@ class InMemoryHoldStore(MemoryAdapter):
 
 
 class InMemoryProjectRegistry(MemoryAdapter):
-    """The ``ProjectRegistry`` port on the in-memory store: the projects seen on each partition."""
+    """The ``ProjectRegistry`` port on the in-memory store: the projects seen on each
+    partition, with their expiry (``core.coordination``'s rules as they are)."""
 
-    async def register(self, partition: Partition, project_id: str) -> bool:
+    async def register(
+        self,
+        partition: Partition,
+        project_ids: Sequence[str],
+        *,
+        now: float,
+        ttl: float,
+        cap: int,
+    ) -> Registration:
         await self._step("register")
-        return self.state.apply(self.state.model.register_project(partition, project_id))
+        before = self.state.model
+        self.state.apply(
+            before.register_projects(partition, project_ids, now=now, ttl=ttl, cap=cap)
+        )
+        return registration(before, self.state.model, partition, project_ids, now)
 
-    async def projects(self, partition: Partition) -> frozenset[str]:
+    async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
         await self._step("projects")
-        return self.state.model.projects.get(partition, frozenset())
+        return self.state.model.live_projects(partition, now)

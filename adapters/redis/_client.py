@@ -39,7 +39,7 @@ T = TypeVar("T")
 # Error replies that mean "not now" rather than "wrong call".
 _UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS")
 # Scripts that must not run twice for one call (see _scripts).
-_NOT_IDEMPOTENT = frozenset({"PUBLISH"})
+_NOT_IDEMPOTENT = frozenset({"PUBLISH", "REGISTER_PROJECTS"})
 
 
 def ms(seconds: float) -> int:

@@ -193,3 +193,55 @@ event(KEYS[2], ARGV[3], 'holds', 'released', KEYS[1])
 return 1
 """
 )
+
+# The registrations of one partition: a sorted set, member project id, score its expiry
+# (seconds, the registrant's clock). A key of an older version (a plain set, no expiry) is
+# dropped: handlers register their active projects again.
+_REGISTRY = """
+local function registrations(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', key) end
+end
+"""
+
+# KEYS: registrations. ARGV: now, expiry, cap, ttl ms, project ids...
+# Drops the expired, refreshes the live (never to an earlier expiry), adds the others while
+# fewer than cap are live. The whole key expires a TTL after the last registration that
+# extended it. Returns {added, refused}.
+REGISTER_PROJECTS = (
+    _REGISTRY
+    + """
+local key = KEYS[1]
+registrations(key)
+local expiry, cap = tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+local count = redis.call('ZCARD', key)
+local added, refused = {}, {}
+for i = 5, #ARGV do
+  local score = redis.call('ZSCORE', key, ARGV[i])
+  if score then
+    if tonumber(score) < expiry then redis.call('ZADD', key, ARGV[2], ARGV[i]) end
+  elseif count < cap then
+    redis.call('ZADD', key, ARGV[2], ARGV[i])
+    count = count + 1
+    added[#added + 1] = ARGV[i]
+  else
+    refused[#refused + 1] = ARGV[i]
+  end
+end
+if count > 0 then
+  local left = redis.call('PTTL', key)
+  if left == -1 or left < tonumber(ARGV[4]) then redis.call('PEXPIRE', key, ARGV[4]) end
+end
+return {added, refused}
+"""
+)
+
+# KEYS: registrations. ARGV: now. The project ids whose registration expires after now.
+PROJECTS = (
+    _REGISTRY
+    + """
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return {} end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')
+"""
+)

@@ -7,16 +7,19 @@
 - ``holds`` is ONE hash, field ``{partition}`` -> ``{generation, member, version}``: the
   whole map is read atomically (``HGETALL``) and no key scan is needed. ``version`` is
   random per claim; ``claim`` compares the stored value with the one observed.
-- ``projects:{p}`` is a set (``SADD``).
+- ``projects:{p}`` is a sorted set: project id scored by the expiry of its registration;
+  ``register`` (one script) drops the expired, refreshes the live and adds new ones while
+  fewer than ``cap`` are live; the key itself expires a TTL after its last registration.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 
 from adapters.redis._base import RedisAdapter
+from adapters.redis._client import ms
 from adapters.redis._codec import (
     StoredAssignment,
     decode_assignment,
@@ -26,7 +29,7 @@ from adapters.redis._codec import (
     new_version,
 )
 from adapters.redis._watch import watch_snapshots
-from core.coordination import Hold, Leader, supersedes
+from core.coordination import Hold, Leader, Registration, supersedes
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -205,13 +208,37 @@ class RedisHoldStore(RedisAdapter):
 
 
 class RedisProjectRegistry(RedisAdapter):
-    """The ``ProjectRegistry`` port on Redis: the projects seen on each partition."""
+    """The ``ProjectRegistry`` port on Redis: the projects seen on each partition, with
+    their expiry."""
 
-    async def register(self, partition: Partition, project_id: str) -> bool:
-        return await self._client.sadd(self._keys.projects(partition), project_id) == 1
+    async def register(
+        self,
+        partition: Partition,
+        project_ids: Sequence[str],
+        *,
+        now: float,
+        ttl: float,
+        cap: int,
+    ) -> Registration:
+        if ttl <= 0 or cap < 0:
+            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
+        ids = list(dict.fromkeys(project_ids))
+        if not ids:
+            return Registration()
+        added, refused = await self._client.script(
+            "REGISTER_PROJECTS",
+            [self._keys.projects(partition)],
+            [repr(now), repr(now + ttl), cap, max(1, ms(ttl)), *ids],
+        )
+        return Registration(
+            added=frozenset(a.decode() for a in added),
+            refused=frozenset(r.decode() for r in refused),
+        )
 
-    async def projects(self, partition: Partition) -> frozenset[str]:
-        members = await self._client.smembers(self._keys.projects(partition))
+    async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
+        members = await self._client.script(
+            "PROJECTS", [self._keys.projects(partition)], [repr(now)]
+        )
         return frozenset(member.decode() for member in members)
 
     # --- decoding ------------------------------------------------------------------------

@@ -67,6 +67,12 @@ class GatewaySettings(BaseSettings):
     retry_after_seconds: int = Field(default=2, ge=1)
     # Ingest requests in flight at once (reading, parsing, publishing); past it: 503.
     max_concurrent_requests: int = Field(default=256, ge=1)
+    # Projects whose sequence counter and announcement are kept (LRU); a project forgotten
+    # and seen again starts a new series {id}~{generation} and is announced again.
+    max_tracked_projects: int = Field(default=100_000, ge=1)
+    # A project is announced again with its next message once its last announcement is
+    # this old (seconds): its registration, if it expired or was refused, is made again.
+    reannounce_interval: float = Field(default=3600.0, gt=0)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
     # The API keys (`shoal keys`); unset: no authentication (the gateway logs a warning).
@@ -121,6 +127,12 @@ class HandlerSettings(BaseSettings):
     keepalive_interval: float = Field(default=10.0, gt=0)
     # A project counts toward project_count while it sent data this recently (seconds).
     project_idle: float = Field(default=300.0, gt=0)
+    # A project's registration (the registry, in the coordination store) lives this long
+    # (seconds) past its last refresh; the owner refreshes the projects that sent data every
+    # quarter of it. At most max_projects_per_partition live registrations per partition:
+    # past it a new project is not registered (its data still lands).
+    registration_ttl: float = Field(default=24 * 3600.0, gt=0)
+    max_projects_per_partition: int = Field(default=100_000, ge=1)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=0, ge=0, le=65535)
 

@@ -6,6 +6,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -28,6 +29,7 @@ from core.ingest import (
 )
 from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
 from core.ports import AcceptanceLedger, ApiKeyStore, IdempotencyStore, Transport
+from core.tracking import RecentSet, SeriesCounters
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 from services.gateway.idempotency import IdempotentIngest, idempotency_key
@@ -35,23 +37,56 @@ from services.gateway.idempotency import IdempotentIngest, idempotency_key
 log = logging.getLogger("shoal.gateway")
 
 
+class AnnouncedProjects:
+    """The projects this gateway announced, at most ``max_size`` (least recently announced
+    forgotten first); one announced more than ``max_age`` seconds ago counts as not
+    announced, so it is announced again with its next message: a registration that
+    expired, was refused at its partition's cap or was lost by the store is made again."""
+
+    def __init__(
+        self, max_size: int, max_age: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._recent = RecentSet(max_size)
+        self._max_age = max_age
+        self._clock = clock
+
+    def __contains__(self, project_id: str) -> bool:
+        at = self._recent.added_at(project_id)
+        return at is not None and self._clock() - at < self._max_age
+
+    def add(self, project_id: str) -> None:
+        self._recent.add(project_id, self._clock())
+
+    def discard(self, project_id: str) -> None:
+        self._recent.discard(project_id)
+
+
 @dataclass
 class GatewayState:
-    """Per-process state: sequence counters and which projects were announced.
+    """Per-process state: sequence counters and which projects were announced, each
+    bounded to ``max_tracked`` projects (least recently used forgotten first).
 
     Sequences live in memory, so every gateway process has its own ``gateway_id``:
-    after a restart the audit sees a new (gateway, project) series starting at 1.
+    after a restart the audit sees a new (gateway, project) series starting at 1. A
+    project whose counter was forgotten also starts a new series, under
+    ``{gateway_id}~{generation}`` (``core.tracking``); a project whose announcement was
+    forgotten or is older than ``reannounce_interval`` is announced again.
     """
 
     gateway_id: str
     partitions: int
-    next_sequence: dict[str, int] = field(default_factory=dict)
-    announced: set[str] = field(default_factory=set)
+    max_tracked: int = 100_000
+    reannounce_interval: float = 3600.0
+    next_sequence: SeriesCounters = field(init=False)
+    announced: AnnouncedProjects = field(init=False)
 
-    def reserve(self, project_id: str, count: int) -> int:
-        first = self.next_sequence.get(project_id, 1)
-        self.next_sequence[project_id] = first + count
-        return first
+    def __post_init__(self) -> None:
+        self.next_sequence = SeriesCounters(self.gateway_id, self.max_tracked)
+        self.announced = AnnouncedProjects(self.max_tracked, self.reannounce_interval)
+
+    def reserve(self, project_id: str, count: int) -> tuple[str, int]:
+        """(the series' gateway id, the first of ``count`` new sequences)."""
+        return self.next_sequence.reserve(project_id, count)
 
 
 class GatewayMetrics:
@@ -112,6 +147,8 @@ def create_app(
     api_keys: ApiKeyStore | None = None,
     key_rate: float = 200.0,
     idempotency: IdempotencyStore | None = None,
+    max_tracked_projects: int = 100_000,
+    reannounce_interval: float = 3600.0,
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport``, ``ledger``, ``api_keys`` and
     ``idempotency`` (entered before, closed after). With a ledger, every reserved sequence
@@ -131,7 +168,12 @@ def create_app(
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    state = GatewayState(gateway_id=gateway_id, partitions=partitions)
+    state = GatewayState(
+        gateway_id,
+        partitions,
+        max_tracked=max_tracked_projects,
+        reannounce_interval=reannounce_interval,
+    )
 
     def refuse(status: int, message: str, **headers: str) -> JSONResponse:
         metrics.rejected.labels(status=str(status)).inc()
@@ -224,11 +266,12 @@ def create_app(
             return refuse(exc.status, str(exc))
         if key is not None:
             return await idempotent.accept(project_id, key, payloads, received_at)
+        series, first_sequence = state.reserve(project_id, len(payloads))
         envelopes = stamp(
             project_id,
             payloads,
-            gateway_id=gateway_id,
-            first_sequence=state.reserve(project_id, len(payloads)),
+            gateway_id=series,
+            first_sequence=first_sequence,
             message_ids=bulk_message_ids(len(payloads)),
             received_at=received_at,
             partitions=partitions,
@@ -253,7 +296,7 @@ def create_app(
             if ledger is not None:
                 await ledger.record(
                     LedgerEntry(
-                        gateway_id=gateway_id,
+                        gateway_id=series,
                         project_id=project_id,
                         first_sequence=envelopes[0].sequence,
                         last_sequence=envelopes[-1].sequence,
@@ -289,7 +332,7 @@ def create_app(
         return JSONResponse(
             {
                 "accepted": len(envelopes),
-                "gateway_id": gateway_id,
+                "gateway_id": series,
                 "partition": envelopes[0].partition,
                 "first_sequence": envelopes[0].sequence,
                 "last_sequence": envelopes[-1].sequence,

@@ -67,6 +67,8 @@ async def serve(container: GatewayContainer) -> None:
             api_keys=api_keys,
             key_rate=settings.key_rate,
             idempotency=idempotency,
+            max_tracked_projects=settings.max_tracked_projects,
+            reannounce_interval=settings.reannounce_interval,
         )
         server = embedded_server(app, settings.host, settings.port)
         stop = anyio.Event()

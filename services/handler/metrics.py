@@ -22,6 +22,11 @@ class HandlerMetrics:
             "Buffered deliveries left unacked because the lease was lost (redelivered)",
             registry=registry,
         )
+        self.registrations_refused = Counter(
+            "shoal_handler_registrations_refused",
+            "Project registrations refused: the partition holds max_projects_per_partition",
+            registry=registry,
+        )
         self.redelivered = Counter(
             "shoal_handler_messages_redelivered", "Deliveries with attempt > 1", registry=registry
         )

@@ -12,6 +12,7 @@ The order of the handoff is ``core.handoff.PartitionHandoff``'s; this module per
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -73,6 +74,9 @@ from services.handler.metrics import HandlerMetrics
 
 log = logging.getLogger("shoal.handler")
 
+_REFRESHES_PER_TTL = 4  # active projects' registrations are refreshed 4 times per TTL
+_REGISTER_BATCH = 500  # project ids per registration request when refreshing
+_FULL_LOG_INTERVAL = 60.0  # seconds between two warnings that one partition is at its cap
 _STORE_CALL_BOUND = 5.0  # seconds one claim, release or close may take before it failed
 
 
@@ -87,6 +91,8 @@ class _Ownership:
     done: anyio.Event = field(default_factory=anyio.Event)
     subscription: Subscription | None = None  # open while consuming, until handed back
     started: bool = False  # consumed at least once (the handoff time is measured)
+    # projects that sent data since the last refresh of their registrations (at most the cap)
+    active: set[str] = field(default_factory=set)
 
 
 class Handler:
@@ -123,6 +129,7 @@ class Handler:
         self._stopping = False
         self._projects: dict[Partition, set[str]] = {}
         self._project_seen: dict[str, float] = {}  # project -> last data message (monotonic)
+        self._refusals_logged: dict[Partition, float] = {}  # when the cap was last logged
         self._landed_times: deque[tuple[float, int]] = deque(maxlen=64)
         self._last_message_id = ""
         self._process = psutil.Process()
@@ -417,15 +424,19 @@ class Handler:
     async def _consume(self, ownership: _Ownership) -> None:
         """Open the partition and land its messages until the ownership is revoked."""
         partition = ownership.partition
+        settings = self._settings
         if not ownership.started:
             ownership.started = True
             self._metrics.handoff_seconds.observe(time.monotonic() - ownership.granted_at)
-        self._projects[partition] = set(await self._registry.projects(partition))
+        self._projects[partition] = set(await self._registry.projects(partition, now=time.time()))
+        refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
         subscription = await self._transport.open(partition, self._id)
         ownership.subscription = subscription
         self._lander.opened(subscription)
-        settings = self._settings
         while not ownership.revoked.is_set():
+            if time.monotonic() >= refresh_at:
+                await self._refresh(ownership)
+                refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
             if not await self._lander.wait_for_room(within=settings.fetch_timeout):
                 continue  # the buffer is full while the previous roll is written: hold off
             size = min(settings.fetch_batch, max(1, self._lander.room()))
@@ -444,6 +455,9 @@ class Handler:
         self._metrics.delivered.inc(len(deliveries))
         rows: list[LandedRow] = []
         held: list[Delivery] = []
+        announced: list[str] = []
+        senders: set[str] = set()  # projects with data in this batch
+        cap = self._settings.max_projects_per_partition
         now = time.time()
         seen_at = time.monotonic()
         for delivery in deliveries:
@@ -468,10 +482,23 @@ class Handler:
                 continue
             held.append(delivery)
             if envelope.kind is MessageKind.ANNOUNCE:
-                await self._register(partition, envelope.project_id)
+                announced.append(envelope.project_id)
             else:
                 rows.append(LandedRow(envelope, ownership.generation, self._id, now))
-                self._project_seen[envelope.project_id] = seen_at
+                senders.add(envelope.project_id)
+        if announced:
+            await self._register(partition, announced)
+            for project_id in dict.fromkeys(announced):
+                await self._transport.reply_registration(partition, project_id, self._id)
+        # Only registered projects count toward project_count and are refreshed, so only
+        # they are remembered: a flood of unregistered ids grows neither map. (A project
+        # whose registration expired or was refused is announced again by its gateway within
+        # SHOAL_GATEWAY_REANNOUNCE_INTERVAL of its next message.)
+        registered = self._projects.get(partition, set())
+        for project_id in senders & registered:
+            self._project_seen[project_id] = seen_at
+            if len(ownership.active) < cap:
+                ownership.active.add(project_id)
         self._lander.add(partition, subscription, held, rows)
 
     def _give_up(
@@ -488,11 +515,47 @@ class Handler:
             self._last_message_id = rows[-1].envelope.message_id
             self._landed_times.append((time.monotonic(), len(rows)))
 
-    async def _register(self, partition: Partition, project_id: str) -> None:
-        self._projects.setdefault(partition, set()).add(project_id)
-        if await self._registry.register(partition, project_id):
+    async def _register(self, partition: Partition, project_ids: Sequence[str]) -> None:
+        """Register (or refresh) ``project_ids`` on ``partition`` for the registration TTL;
+        past the partition's cap the new ones are left out (counted and logged, at most
+        once a minute per partition): their data lands all the same."""
+        settings = self._settings
+        done = await self._registry.register(
+            partition,
+            project_ids,
+            now=time.time(),
+            ttl=settings.registration_ttl,
+            cap=settings.max_projects_per_partition,
+        )
+        self._projects.setdefault(partition, set()).update(
+            p for p in project_ids if p not in done.refused
+        )
+        for project_id in sorted(done.added):
             log.info("project registered", extra=fields(project=project_id, partition=partition))
-        await self._transport.reply_registration(partition, project_id, self._id)
+        if done.refused:
+            self._metrics.registrations_refused.inc(len(done.refused))
+            now = time.monotonic()
+            if now >= self._refusals_logged.get(partition, -math.inf) + _FULL_LOG_INTERVAL:
+                self._refusals_logged[partition] = now
+                log.warning(
+                    "partition at its cap of project registrations; new projects not registered",
+                    extra=fields(
+                        partition=partition,
+                        cap=settings.max_projects_per_partition,
+                        refused=len(done.refused),
+                        example=min(done.refused),
+                    ),
+                )
+
+    async def _refresh(self, ownership: _Ownership) -> None:
+        """Refresh the registrations of the registered projects that sent data on the
+        partition since the last refresh, in batches, then reload the partition's live
+        registrations."""
+        partition = ownership.partition
+        active, ownership.active = sorted(ownership.active), set()
+        for start in range(0, len(active), _REGISTER_BATCH):
+            await self._register(partition, active[start : start + _REGISTER_BATCH])
+        self._projects[partition] = set(await self._registry.projects(partition, now=time.time()))
 
     async def _report_load(self, lease: MembershipLease) -> None:
         while True:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -24,7 +25,7 @@ from typing import Protocol, TypeVar
 import anyio
 import pytest
 
-from core.coordination import CoordinationState, Hold, Leader
+from core.coordination import CoordinationState, Hold, Leader, Registration, registration
 from core.errors import FencedError, LeaseLostError, MemberExistsError, StoreUnavailableError
 from core.model import Assignment, MemberStats
 from core.ports import (
@@ -752,20 +753,99 @@ class HoldStoreContract:
             assert members(await next_within(updates)) == {0: "c"}
 
 
+REGISTRATION_TTL = 3600.0  # a registration that must not expire during the test
+CAP = 1000
+
+
 @pytest.mark.anyio
 class ProjectRegistryContract:
-    async def test_register_project_is_true_once_when_registered_twice(
+    async def test_a_project_is_added_once_then_refreshed(
         self, harness: CoordinationHarness
     ) -> None:
+        now, ttl = time.time(), REGISTRATION_TTL
         async with harness.registry() as registry:
-            assert await registry.projects(1) == frozenset()
-            assert await registry.register(1, "p-1")
-            assert not await registry.register(1, "p-1")
-            assert await registry.register(1, "p-2")
-            assert await registry.register(10, "p-1")  # another partition
-            assert await registry.projects(1) == {"p-1", "p-2"}
-            assert await registry.projects(10) == {"p-1"}
-            assert await registry.projects(0) == frozenset()
+            assert await registry.projects(1, now=now) == frozenset()
+            done = await registry.register(1, ["p-1"], now=now, ttl=ttl, cap=CAP)
+            assert done == Registration(added=frozenset({"p-1"}))
+            done = await registry.register(1, ["p-1", "p-2", "p-2"], now=now, ttl=ttl, cap=CAP)
+            assert done == Registration(added=frozenset({"p-2"}))
+            assert await registry.register(1, [], now=now, ttl=ttl, cap=CAP) == Registration()
+            done = await registry.register(10, ["p-1"], now=now, ttl=ttl, cap=CAP)
+            assert done.added == {"p-1"}  # another partition
+            assert await registry.projects(1, now=now) == {"p-1", "p-2"}
+            assert await registry.projects(10, now=now) == {"p-1"}
+            assert await registry.projects(0, now=now) == frozenset()
+
+    async def test_a_registration_expires_unless_refreshed(
+        self, harness: CoordinationHarness
+    ) -> None:
+        """With a tiny TTL, in real time (etcd's leases and Redis's key expiry run on the
+        server's clock): the project refreshed halfway stays, the other expires and is
+        added anew when it registers again."""
+        ttl, start = 2.0, time.time()
+        async with harness.registry() as registry:
+            await registry.register(3, ["idle", "active"], now=start, ttl=ttl, cap=CAP)
+            await anyio.sleep(1.2)
+            done = await registry.register(3, ["active"], now=time.time(), ttl=ttl, cap=CAP)
+            assert done == Registration()  # refreshed
+            await anyio.sleep(max(0.0, start + ttl + 0.1 - time.time()))
+            assert await registry.projects(3, now=time.time()) == {"active"}
+            done = await registry.register(3, ["idle"], now=time.time(), ttl=ttl, cap=CAP)
+            assert done.added == {"idle"}
+
+    async def test_past_the_cap_new_projects_are_refused_and_live_ones_refreshed(
+        self, harness: CoordinationHarness
+    ) -> None:
+        now, ttl = time.time(), REGISTRATION_TTL
+        async with harness.registry() as registry:
+            done = await registry.register(5, ["a", "b", "c"], now=now, ttl=ttl, cap=3)
+            assert done.added == {"a", "b", "c"}
+            done = await registry.register(5, ["d", "a", "e"], now=now + 1, ttl=ttl, cap=3)
+            assert done == Registration(refused=frozenset({"d", "e"}))
+            assert await registry.projects(5, now=now + 1) == {"a", "b", "c"}
+            done = await registry.register(6, ["d"], now=now, ttl=ttl, cap=3)
+            assert done.added == {"d"}  # the cap is per partition
+            # once b and c expire (a was refreshed one second later), their room is free
+            later = now + ttl + 0.5
+            done = await registry.register(5, ["d", "e", "f"], now=later, ttl=ttl, cap=3)
+            assert done == Registration(added=frozenset({"d", "e"}), refused=frozenset({"f"}))
+            assert await registry.projects(5, now=later) == {"a", "d", "e"}
+
+    async def test_a_flood_of_new_project_ids_stops_at_the_cap_and_claims_still_work(
+        self, harness: CoordinationHarness
+    ) -> None:
+        """5,000 random project ids on one partition with a cap of 300: 300 are
+        registered, the rest refused; the store still takes holds and assignments."""
+        now = time.time()
+        async with (
+            harness.registry() as registry,
+            harness.election() as election,
+            harness.store() as store,
+            harness.hold_store() as hold_store,
+        ):
+            done = await flood(registry, 2, 5_000, cap=300, now=now)
+            assert (len(done.added), len(done.refused)) == (300, 4_700)
+            assert await registry.projects(2, now=now) == done.added
+            leader = await election.campaign("leader", LONG_TTL)
+            await store.publish(owners(1, "a", "a", "a"), leader.fence)
+            assert await hold_store.claim(2, "a", 1, None)
+
+
+async def flood(
+    registry: ProjectRegistry, partition: int, count: int, cap: int, now: float
+) -> Registration:
+    """Register ``count`` random new project ids on ``partition`` in the handler's batches
+    of 500; every registration made, in one ``Registration``."""
+    added: set[str] = set()
+    refused: set[str] = set()
+    ids = [f"flood-{uuid.uuid4().hex[:20]}" for _ in range(count)]
+    for start in range(0, count, 500):
+        done = await registry.register(
+            partition, ids[start : start + 500], now=now, ttl=REGISTRATION_TTL, cap=cap
+        )
+        added |= done.added
+        refused |= done.refused
+    return Registration(added=frozenset(added), refused=frozenset(refused))
 
 
 def _maybe_forged(fence: Leader, rng: random.Random) -> Leader:
@@ -791,9 +871,11 @@ class CoordinationModelContract:
         self, harness: CoordinationHarness, seed: int
     ) -> None:
         """The model in ``core.coordination`` is the oracle: the same random publishes,
-        claims (free, over the hold now, over a stale hold), releases and registrations,
-        with the same outcomes and the same state after each one."""
+        claims (free, over the hold now, over a stale hold), releases and registrations
+        (batches, a cap of 2, expiring as the steps' clock advances), with the same
+        outcomes and the same state after each one."""
         rng = random.Random(seed)
+        start = time.time()
         model = CoordinationState()
         seen: list[Hold] = []  # holds observed once: replacing one may be stale now
         async with (
@@ -837,12 +919,17 @@ class CoordinationModelContract:
                     await hold_store.release(partition, member)
                     stored = applied.accepted  # release answers nothing; compared below
                 else:
-                    project = rng.choice(("p-1", "p-2"))
-                    applied = model.register_project(partition, project)
-                    stored = await registry.register(partition, project)
+                    ids = rng.sample(("p-1", "p-2", "p-3"), rng.randint(1, 2))
+                    now = start + 100.0 * step  # a registration lives 2 or 3 steps
+                    applied = model.register_projects(partition, ids, now=now, ttl=250.0, cap=2)
+                    done = await registry.register(partition, ids, now=now, ttl=250.0, cap=2)
+                    expected = registration(model, applied.state, partition, ids, now)
+                    assert done == expected, f"step {step} {op}: {applied.reason}"
+                    stored = applied.accepted
                 assert stored == applied.accepted, f"step {step} {op}: {applied.reason}"
                 model = applied.state
                 assert await hold_store.holds() == model.holds, f"step {step} {op}"
                 assert await store.current() == model.assignment, f"step {step} {op}"
+                now = start + 100.0 * step
                 for p in range(3):
-                    assert await registry.projects(p) == model.projects.get(p, frozenset())
+                    assert await registry.projects(p, now=now) == model.live_projects(p, now)

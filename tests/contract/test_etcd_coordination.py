@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from adapters.etcd import (
 from core.ports import Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
 from tests.contract._coordination import (
+    LONG_TTL,
     AssignmentStoreContract,
     CoordinationModelContract,
     ElectionContract,
@@ -32,6 +34,8 @@ from tests.contract._coordination import (
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
+    flood,
+    owners,
 )
 
 
@@ -41,6 +45,7 @@ class EtcdHarness:
     def __init__(self, server: ServerInfo, admin: Etcd3Client) -> None:
         self._server = server
         self._admin = admin
+        self.admin = admin
         self.settings = EtcdSettings(
             endpoints=tuple(server.endpoints), group=f"t-{uuid.uuid4().hex[:12]}"
         )
@@ -126,3 +131,32 @@ class TestEtcdProjectRegistry(ProjectRegistryContract):
 @pytest.mark.etcd
 class TestEtcdAgainstTheModel(CoordinationModelContract):
     pass
+
+
+@pytest.mark.etcd
+@pytest.mark.anyio
+async def test_a_flood_of_20k_project_ids_leaves_at_most_the_cap_of_keys_in_etcd(
+    harness: EtcdHarness,
+) -> None:
+    """Issue 13: random valid project ids used to leave one permanent key each, until etcd
+    ran out of its quota (NOSPACE) and refused claims and assignment writes. With a cap
+    of 1,000, 20,000 new ids leave at most 1,000 keys under the partition's prefix, all on
+    one shared lease, and the store still takes claims and assignments."""
+    started = time.monotonic()
+    async with (
+        harness.registry() as registry,
+        harness.election() as election,
+        harness.store() as store,
+        harness.hold_store() as hold_store,
+    ):
+        done = await flood(registry, 4, 20_000, cap=1_000, now=time.time())
+        assert (len(done.added), len(done.refused)) == (1_000, 19_000)
+        assert harness.admin.kv is not None
+        prefix = f"{harness.settings.prefix}/projects/4/"
+        stored = await harness.admin.kv.get(prefix, prefix_range_end(prefix), timeout=5)
+        assert len(stored.kvs) == 1_000
+        assert len({kv.lease for kv in stored.kvs}) == 1  # one lease per period, not per key
+        leader = await election.campaign("leader", LONG_TTL)
+        await store.publish(owners(1, "a", "a", "a", "a", "a"), leader.fence)
+        assert await hold_store.claim(4, "a", 1, None)
+    assert time.monotonic() - started < 30

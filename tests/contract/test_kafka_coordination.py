@@ -293,7 +293,7 @@ HISTORY = [
     _record(
         "publish", id="l1", inc="i1", term=3, assignment={"generation": 1, "owners": [["a"], ["b"]]}
     ),
-    _record("project", p=1, project="proj-x"),
+    _record("projects", p=1, projects=["proj-x"], now=100.0, ttl=3600.0, cap=10),
     _record("release", p=0, member="a"),
 ]
 
@@ -319,6 +319,17 @@ def test_a_reader_that_starts_at_a_consistent_snapshot_decides_as_the_replay_doe
     assert full.model == fresh.model
 
 
+def test_a_registration_record_of_an_older_version_changes_nothing() -> None:
+    """Before registrations expired, a ``project`` record registered for ever: replayed
+    now it changes nothing (the handler registers its active projects again)."""
+    state = _replayed(HISTORY)
+    before = state.model
+    _, applied = state.apply(len(HISTORY), _record("project", p=1, project="old"))
+    assert applied.accepted and state.model == before
+    assert state.model.live_projects(1, 200.0) == {"proj-x"}
+    assert state.model.live_projects(1, 3700.0) == frozenset()  # expired
+
+
 def test_a_snapshot_with_requests_after_its_upto_is_not_used() -> None:
     state = _replayed(HISTORY)
     stale = _snapshot_of(_replayed(HISTORY[:-1]), len(HISTORY) - 1)  # taken before "release"
@@ -332,7 +343,8 @@ def test_a_snapshot_that_disagrees_with_the_replay_is_refused_loudly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     state = _replayed(HISTORY)
-    other = _replayed([*HISTORY, _record("project", p=2, project="forged")])
+    forged = _record("projects", p=2, projects=["forged"], now=100.0, ttl=3600.0, cap=10)
+    other = _replayed([*HISTORY, forged])
     with caplog.at_level(logging.ERROR, "shoal.adapters.kafka.coord"):
         _, applied = state.apply(len(HISTORY), _snapshot_of(other, len(HISTORY)))
     assert not applied.accepted
@@ -365,7 +377,8 @@ async def test_the_leader_compacts_the_log_and_a_new_reader_sees_the_same_state(
             )
             await holds.release(round_ % 4, f"h{round_}")
         await holds.claim(2, "keeper", 99, None)
-        await registry.register(5, "proj-kept")
+        now = time.time()
+        await registry.register(5, ["proj-kept"], now=now, ttl=3600.0, cap=10)
         start = await _log_start(harness)
         for generation in range(1, 8):
             await store.publish(owners(generation, "a", "b"), leader.fence)
@@ -381,7 +394,7 @@ async def test_the_leader_compacts_the_log_and_a_new_reader_sees_the_same_state(
         ):
             assert await fresh_holds.holds() == await holds.holds()
             assert await fresh_store.current() == owners(7, "a", "b")
-            assert await fresh_registry.projects(5) == {"proj-kept"}
+            assert await fresh_registry.projects(5, now=now) == {"proj-kept"}
             kept = (await fresh_holds.holds())[2]
             assert await fresh_holds.claim(2, "next", 100, kept)  # versions survived
             await fresh_store.publish(owners(8, "b", "a"), leader.fence)  # terms did too

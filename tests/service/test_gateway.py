@@ -394,3 +394,80 @@ def test_no_input_yields_a_5xx_or_publishes_anything_but_json_objects(
     body: bytes, content_type: str | None, coding: str | None, squeeze: bool
 ) -> None:
     anyio.run(_fuzz_once, body, content_type, coding, squeeze)
+
+
+async def test_a_forgotten_project_comes_back_in_a_new_series_and_is_announced_again() -> None:
+    """Past ``max_tracked_projects`` the least recently used project is forgotten; when it
+    posts again its sequences start a new series (never 1 again under the same gateway id,
+    which the audit would count as a conflict) and it is announced again."""
+    async with InMemoryTransport() as memory:
+        ledger = InMemoryLedger()
+        app = create_app(
+            memory,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(),
+            publish_timeout=5.0,
+            retry_after_seconds=3,
+            ledger=ledger,
+            max_tracked_projects=2,
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+            answers = [
+                (await client.post(f"/v1/projects/{p}/messages", json=[{}, {}])).json()
+                for p in ("dev-a", "dev-b", "dev-c", "dev-a")
+            ]
+        stored = await _stored(memory, partition_for("dev-a", 128))
+    assert [(a["gateway_id"], a["first_sequence"]) for a in answers] == [
+        ("gw-test", 1),
+        ("gw-test", 1),
+        ("gw-test", 1),
+        ("gw-test~1", 1),
+    ]
+    entries = [e for e in ledger.entries if e.project_id == "dev-a"]
+    assert [(e.gateway_id, e.first_sequence, e.last_sequence) for e in entries] == [
+        ("gw-test", 1, 2),
+        ("gw-test~1", 1, 2),
+    ]
+    dev_a = [e for e in stored if e.project_id == "dev-a"]
+    assert sum(e.kind is MessageKind.ANNOUNCE for e in dev_a) == 2
+    assert [(e.gateway_id, e.sequence) for e in dev_a if e.kind is MessageKind.DATA] == [
+        ("gw-test", 1),
+        ("gw-test", 2),
+        ("gw-test~1", 1),
+        ("gw-test~1", 2),
+    ]
+
+
+async def test_a_project_is_announced_again_once_its_announcement_is_old() -> None:
+    """Past ``reannounce_interval`` since its last announcement a project is announced
+    again with its next message, so a registration that expired (or was refused at the
+    partition's cap) is made again; its sequences go on in the same series."""
+    async with InMemoryTransport() as memory:
+        app = create_app(
+            memory,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(),
+            publish_timeout=5.0,
+            retry_after_seconds=3,
+            reannounce_interval=0.2,
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+            firsts = [(await client.post("/v1/projects/dev-r/messages", json={})).json()]
+            firsts.append((await client.post("/v1/projects/dev-r/messages", json={})).json())
+            await anyio.sleep(0.3)
+            firsts.append((await client.post("/v1/projects/dev-r/messages", json={})).json())
+        stored = await _stored(memory, partition_for("dev-r", 128))
+    assert [a["first_sequence"] for a in firsts] == [1, 2, 3]
+    assert [e.kind for e in stored] == [
+        MessageKind.ANNOUNCE,
+        MessageKind.DATA,
+        MessageKind.DATA,
+        MessageKind.ANNOUNCE,
+        MessageKind.DATA,
+    ]

@@ -5,10 +5,18 @@ release in any order, checking the invariants the stores must keep."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from core.coordination import Applied, CoordinationState, Hold, Leader, supersedes
+from core.coordination import (
+    Applied,
+    CoordinationState,
+    Hold,
+    Leader,
+    Registration,
+    registration,
+    supersedes,
+)
 from core.handoff import ClaimAction, decide_claim
 from core.model import Assignment
 
@@ -70,11 +78,61 @@ def test_a_claim_replaces_only_the_exact_version_observed() -> None:
     assert 0 not in accepted(state.release(0, "b")).holds
 
 
-def test_a_project_registers_once_per_partition() -> None:
-    state = accepted(CoordinationState().register_project(1, "p"))
-    assert not state.register_project(1, "p").accepted
-    state = accepted(state.register_project(2, "p"))
-    assert state.projects == {1: frozenset({"p"}), 2: frozenset({"p"})}
+def test_a_registration_expires_unless_refreshed() -> None:
+    state = CoordinationState()
+    state = accepted(state.register_projects(1, ["p", "q"], now=100.0, ttl=10.0, cap=5))
+    state = accepted(state.register_projects(2, ["p"], now=100.0, ttl=10.0, cap=5))
+    assert state.live_projects(1, 105.0) == {"p", "q"}
+    state = accepted(state.register_projects(1, ["p"], now=108.0, ttl=10.0, cap=5))  # refresh
+    assert state.live_projects(1, 110.0) == {"p"}  # q expired at 110
+    assert state.live_projects(2, 110.0) == frozenset()
+    before = state
+    state = accepted(state.register_projects(1, ["q", "p"], now=111.0, ttl=10.0, cap=5))
+    assert registration(before, state, 1, ["q", "p"], 111.0) == Registration(added=frozenset("q"))
+    # a refresh never shortens a registration
+    state = accepted(state.register_projects(1, ["p"], now=112.0, ttl=1.0, cap=5))
+    assert state.projects[1]["p"] == 121.0
+
+
+def test_past_the_cap_new_projects_are_refused_and_live_ones_refreshed() -> None:
+    state = accepted(CoordinationState().register_projects(0, "abc", now=0.0, ttl=10.0, cap=3))
+    applied = state.register_projects(0, ["d", "a", "e"], now=5.0, ttl=10.0, cap=3)
+    assert applied.accepted  # a and the room left are still written
+    assert "refused 2 (d, e)" in applied.reason
+    assert registration(state, applied.state, 0, "dae", 5.0) == Registration(
+        refused=frozenset("de")
+    )
+    assert applied.state.projects[0]["a"] == 15.0
+    # once registrations expire, their room is free again
+    applied = applied.state.register_projects(0, ["d"], now=12.0, ttl=10.0, cap=3)
+    assert applied.accepted
+    assert applied.state.live_projects(0, 12.0) == {"a", "d"}
+    assert set(applied.state.projects[0]) == {"a", "d"}  # expired ones are dropped
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.lists(st.sampled_from("abcdefg"), max_size=4),
+            st.floats(0, 5),
+        ),
+        max_size=40,
+    ),
+    cap=st.integers(0, 4),
+)
+def test_a_partition_never_holds_more_than_its_cap(
+    steps: list[tuple[int, list[str], float]], cap: int
+) -> None:
+    state, now = CoordinationState(), 0.0
+    for partition, ids, advance in steps:
+        now += advance
+        before = state
+        state = state.register_projects(partition, ids, now=now, ttl=3.0, cap=cap).state
+        assert all(len(projects) <= cap for projects in state.projects.values())
+        done = registration(before, state, partition, ids, now)
+        assert done.added | done.refused <= set(ids)
+        assert state.live_projects(partition, now) >= set(ids) - done.refused
 
 
 class Cluster(RuleBasedStateMachine):
