@@ -67,8 +67,22 @@ class RedisClient:
 
     async def connect(self) -> None:
         """Create the client (connections are made lazily, on the first call)."""
+        s = self.settings
+        security: dict[str, object] = {}
+        if s.username:
+            security["username"] = s.username
+        if s.has_secret("password"):
+            security["password"] = s.secret("password")
+        url = s.url
+        if s.use_tls:
+            url = "rediss" + url[url.index(":") :]  # redis-py picks TLS by the scheme
+            security["ssl_ca_certs"] = None if s.tls_ca_file is None else str(s.tls_ca_file)
+            if s.tls_cert_file is not None and s.tls_key_file is not None:
+                security["ssl_certfile"] = str(s.tls_cert_file)
+                security["ssl_keyfile"] = str(s.tls_key_file)
         client = aioredis.Redis.from_url(
-            self.settings.url,
+            url,
+            **security,  # type: ignore[arg-type]
             socket_connect_timeout=self.settings.call_timeout,
             socket_timeout=None,  # every call is bounded by anyio instead (XREAD BLOCK waits)
             retry=Retry(NoBackoff(), 0),
