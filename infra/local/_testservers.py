@@ -16,8 +16,10 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
+from infra.local.kafka import SASL_PASSWORD, SASL_USER, RunningKafka
 from infra.local.servers import (
     RunningMinio,
     RunningServer,
@@ -46,6 +48,9 @@ class ServerInfo:
     endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
     process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
     credentials: tuple[str, str] | None = None  # minio: (access key id, secret access key)
+    # kafka, local mode: a SASL_PLAINTEXT (PLAIN) listener "h:p" and its (user, password)
+    sasl_endpoint: str | None = None
+    sasl_credentials: tuple[str, str] | None = None
 
     @property
     def endpoints(self) -> list[str]:
@@ -129,8 +134,14 @@ def _local(kind: str) -> Iterator[ServerInfo]:
     credentials = (
         (server.access_key, server.secret_key) if isinstance(server, RunningMinio) else None
     )
+    sasl: dict[str, Any] = {}
+    if isinstance(server, RunningKafka) and server.sasl_bootstrap is not None:
+        sasl = {
+            "sasl_endpoint": server.sasl_bootstrap,
+            "sasl_credentials": (SASL_USER, SASL_PASSWORD),
+        }
     try:
-        yield ServerInfo(kind, "local", server.url, server.endpoint, server, credentials)
+        yield ServerInfo(kind, "local", server.url, server.endpoint, server, credentials, **sasl)
     finally:
         server.stop()
 

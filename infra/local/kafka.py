@@ -112,6 +112,24 @@ _JVM_FLAGS = (
 _FORMAT_TIMEOUT = 120.0
 
 
+# Every node also listens for SASL_PLAINTEXT (mechanism PLAIN) on its own port, with one
+# user: tests connect through it with and without the right password (credentials of a
+# loopback test broker, not a secret). The PLAINTEXT listener stays what every other
+# client uses.
+SASL_USER = "shoal"
+SASL_PASSWORD = "shoal-local-sasl"
+
+
+def _sasl_config() -> dict[str, str]:
+    return {
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{SASL_USER}="{SASL_PASSWORD}";'
+        ),
+    }
+
+
 def new_cluster_id() -> str:
     """A Kafka cluster id: a random Uuid in base64url without padding (22 characters)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -124,11 +142,17 @@ class RunningKafka(RunningServer):
     controller_port: int
     cluster_id: str
     cluster_size: int = 1
+    sasl_port: int | None = None  # SASL_PLAINTEXT, PLAIN: SASL_USER / SASL_PASSWORD
 
     @property
     def bootstrap(self) -> str:
         """host:port of the broker listener, what Kafka clients take."""
         return self.endpoint
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """host:port of the SASL_PLAINTEXT listener (user ``SASL_USER``), if any."""
+        return None if self.sasl_port is None else f"{HOST}:{self.sasl_port}"
 
     @property
     def url(self) -> str:
@@ -184,19 +208,25 @@ def _node_config(
     node_id: int,
     port: int,
     controller_port: int,
+    sasl_port: int,
     voters: str,
     log_dir: Path,
     replication: int,
     extra: Mapping[str, str],
 ) -> dict[str, str]:
+    plain, sasl = f"PLAINTEXT://{HOST}:{port}", f"SASL_PLAINTEXT://{HOST}:{sasl_port}"
     config = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"{plain},CONTROLLER://{HOST}:{controller_port},{sasl}",
+        "advertised.listeners": f"{plain},{sasl}",
         "log.dirs": str(log_dir),
         **_BASE_CONFIG,
+        "listener.security.protocol.map": (
+            f"{_BASE_CONFIG['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT"
+        ),
+        **_sasl_config(),
         "offsets.topic.replication.factor": str(replication),
         "transaction.state.log.replication.factor": str(replication),
         "transaction.state.log.min.isr": str(min(2, replication)),
@@ -257,7 +287,7 @@ def _kafka_node(
     name: str,
     keep: bool,
     node_id: int,
-    ports: tuple[int, int],
+    ports: tuple[int, int, int],
     voters: str,
     cluster_id: str,
     cluster_size: int,
@@ -265,13 +295,14 @@ def _kafka_node(
     config: Mapping[str, str],
     jvm_args: Sequence[str],
 ) -> RunningKafka:
-    port, controller_port = ports
+    port, controller_port, sasl_port = ports
     (node_dir / "server.properties").write_text(
         _properties(
             _node_config(
                 node_id=node_id,
                 port=port,
                 controller_port=controller_port,
+                sasl_port=sasl_port,
                 voters=voters,
                 log_dir=node_dir / "data",
                 replication=min(3, cluster_size),
@@ -303,6 +334,7 @@ def _kafka_node(
         controller_port=controller_port,
         cluster_id=cluster_id,
         cluster_size=cluster_size,
+        sasl_port=sasl_port,
     )
 
 
@@ -412,8 +444,8 @@ def _start_nodes(
     def build() -> list[RunningKafka]:
         reset()
         cluster_id = _existing_cluster_id(dirs) or new_cluster_id()
-        ports = [(free_port(), free_port()) for _ in range(n)]
-        voters = ",".join(f"{i}@{HOST}:{c}" for i, (_, c) in enumerate(ports, start=1))
+        ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i}@{HOST}:{c}" for i, (_, c, _) in enumerate(ports, start=1))
         nodes = []
         for i, (node_dir, node_ports) in enumerate(zip(dirs, ports, strict=True), start=1):
             node_dir.mkdir(parents=True, exist_ok=True)
