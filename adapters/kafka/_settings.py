@@ -177,6 +177,11 @@ class KafkaSettings(ConnectionSecurity):
                 f"{self.env_name('sasl_username')}: SASL credentials need {protocol}="
                 f"SASL_PLAINTEXT or SASL_SSL (it is {self.security_protocol})"
             )
+        if self.tls_server_name:
+            raise ValueError(
+                f"{self.env_name('tls_server_name')}: not supported for Kafka (aiokafka checks "
+                "the broker's advertised host name)"
+            )
         if self.tls_enabled and not self.ssl_wanted:
             raise ValueError(
                 f"{protocol}: TLS settings need SSL or SASL_SSL (it is {self.security_protocol})"

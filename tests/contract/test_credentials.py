@@ -9,6 +9,7 @@ secret, with a wrong one or none. NATS, etcd and Redis run a private server of t
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import subprocess
 import uuid
@@ -27,7 +28,7 @@ from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
 from adapters.redis import RedisMembership, RedisSettings
 from core.errors import StoreUnavailableError
 from infra.local._handles import RunningEtcd, RunningNats, RunningRedis
-from infra.local._process import ServerStartError
+from infra.local._process import ServerStartError, free_port
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_etcd, start_nats, start_redis
 from tests.contract._coordination import next_within, watching
@@ -211,24 +212,44 @@ async def _enable_etcd_auth(endpoint: str) -> None:
         await admin.close()
 
 
+@dataclass(frozen=True)
+class SecureEtcd:
+    server: RunningEtcd
+    tls_endpoint: str  # host:port of its https client listener (mutual TLS)
+
+
 @pytest.fixture(scope="module")
-def etcd_with_auth() -> Iterator[RunningEtcd]:
-    """An etcd with auth on (user `root`) and a 2 s token TTL (to see tokens expire)."""
-    server = _start_or_skip(start_etcd, name="shoal-etcd-auth", extra_args=("--auth-token-ttl=2",))
+def etcd_with_auth(pki: Pki) -> Iterator[SecureEtcd]:
+    """An etcd with auth on (user `root`), a 2 s token TTL (to see tokens expire), and
+    besides its plain client URL (the readiness check's) an https one wanting a client
+    certificate."""
+    tls_port = free_port()
+    server = _start_or_skip(
+        start_etcd,
+        name="shoal-etcd-auth",
+        extra_args=(
+            "--auth-token-ttl=2",
+            f"--cert-file={pki.server_cert}",
+            f"--key-file={pki.server_key}",
+            f"--trusted-ca-file={pki.ca}",
+            "--client-cert-auth",
+        ),
+        extra_client_urls=(f"https://127.0.0.1:{tls_port}",),
+    )
     assert isinstance(server, RunningEtcd)
     try:
         asyncio.run(_enable_etcd_auth(server.endpoint))
-        yield server
+        yield SecureEtcd(server, f"127.0.0.1:{tls_port}")
     finally:
         server.stop()
 
 
 @pytest.mark.etcd
 async def test_etcd_membership_works_with_the_user_and_outlives_its_token(
-    etcd_with_auth: RunningEtcd, tmp_path: Path
+    etcd_with_auth: SecureEtcd, tmp_path: Path
 ) -> None:
     settings = EtcdSettings(
-        endpoints=(etcd_with_auth.endpoint,),
+        endpoints=(etcd_with_auth.server.endpoint,),
         group=f"t-{uuid.uuid4().hex[:12]}",
         user="root",
         password_file=_secret_file(tmp_path, "etcd-password", PASSWORD),
@@ -250,10 +271,10 @@ async def test_etcd_membership_works_with_the_user_and_outlives_its_token(
 @pytest.mark.etcd
 @pytest.mark.parametrize("user", ["root", None], ids=["wrong-password", "no-user"])
 async def test_etcd_refuses_a_wrong_password_or_no_user(
-    etcd_with_auth: RunningEtcd, user: str | None
+    etcd_with_auth: SecureEtcd, user: str | None
 ) -> None:
     settings = EtcdSettings(
-        endpoints=(etcd_with_auth.endpoint,),
+        endpoints=(etcd_with_auth.server.endpoint,),
         group=f"t-{uuid.uuid4().hex[:12]}",
         user=user,
         password=SecretStr(WRONG) if user else None,
@@ -269,6 +290,33 @@ async def test_etcd_refuses_a_wrong_password_or_no_user(
         assert "authentication failed" in message
     else:
         assert "user name is empty" in message or "permission denied" in message
+
+
+@pytest.mark.etcd
+async def test_etcd_membership_works_over_mutual_tls(etcd_with_auth: SecureEtcd, pki: Pki) -> None:
+    settings = EtcdSettings(
+        endpoints=(etcd_with_auth.tls_endpoint,),
+        group=f"t-{uuid.uuid4().hex[:12]}",
+        user="root",
+        password=SecretStr(PASSWORD),
+        tls_ca_file=pki.ca,
+        tls_cert_file=pki.client_cert,
+        tls_key_file=pki.client_key,
+    )
+    async with EtcdMembership(settings) as membership:
+        await membership.join("a", TTL)
+        assert await membership.members() == {"a"}
+    plaintext = settings.model_copy(
+        update={
+            "tls_ca_file": None,
+            "tls_cert_file": None,
+            "tls_key_file": None,
+            "call_timeout": 2.0,
+        }
+    )
+    async with EtcdMembership(plaintext) as membership:  # plaintext to the TLS port
+        with pytest.raises(StoreUnavailableError):
+            await membership.members()
 
 
 # --- Redis ----------------------------------------------------------------------------------
@@ -328,6 +376,45 @@ async def test_redis_refuses_a_wrong_or_missing_password(
     _no_secret_in(message)
     # redis-py logs in with HELLO: without a password Redis answers that HELLO needs one
     assert ("invalid username-password" in message) if password else ("authenticat" in message)
+
+
+@pytest.mark.redis
+async def test_redis_membership_works_over_mutual_tls(pki: Pki) -> None:
+    tls_port = free_port()
+    start = functools.partial(
+        _start_or_skip,
+        start_redis,
+        name="shoal-redis-tls",
+        extra_args=(
+            "--requirepass", PASSWORD,
+            "--tls-port", str(tls_port),
+            "--tls-cert-file", str(pki.server_cert),
+            "--tls-key-file", str(pki.server_key),
+            "--tls-ca-cert-file", str(pki.ca),
+            "--tls-auth-clients", "yes",
+        ),
+    )  # fmt: skip
+    server = await anyio.to_thread.run_sync(start)
+    assert isinstance(server, RunningRedis)
+    try:
+        settings = RedisSettings(
+            url=f"redis://127.0.0.1:{tls_port}/0",  # TLS from the settings: rediss
+            group=f"t-{uuid.uuid4().hex[:12]}",
+            password=SecretStr(PASSWORD),
+            tls_ca_file=pki.ca,
+            tls_cert_file=pki.client_cert,
+            tls_key_file=pki.client_key,
+            call_timeout=3.0,
+        )
+        async with RedisMembership(settings) as membership:
+            await membership.join("a", TTL)
+            assert await membership.members() == {"a"}
+        no_cert = settings.model_copy(update={"tls_cert_file": None, "tls_key_file": None})
+        async with RedisMembership(no_cert) as membership:  # the server wants a client cert
+            with pytest.raises(StoreUnavailableError):
+                await membership.members()
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
 
 
 # --- Kafka ----------------------------------------------------------------------------------
