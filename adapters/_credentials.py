@@ -12,7 +12,8 @@ and ``KafkaSettings``. It adds, under each one's prefix (``SHOAL_ETCD_`` ...):
   secret itself (``SHOAL_ETCD_PASSWORD``, a ``SecretStr``: never in a repr or a log line)
   or ``..._FILE`` naming a file whose content, stripped, is the secret (how Kubernetes
   mounts a Secret). The file is read when the settings load (to fail at start-up) and
-  again on every connect (a rotated secret is picked up on reconnect); never both.
+  again at every login (a rotated secret is picked up when the client next logs in:
+  reconnects included for NATS, Redis and etcd; new clients for Kafka); never both.
 
 A half-configured connection fails at start-up: the validators raise ``ValueError`` whose
 message starts with the environment variable at fault (``SHOAL_ETCD_USER: ...``), which
@@ -21,7 +22,9 @@ message starts with the environment variable at fault (``SHOAL_ETCD_USER: ...``)
 
 from __future__ import annotations
 
+import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
@@ -30,6 +33,8 @@ from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
 __all__ = ["ConnectionSecurity", "read_secret_file", "redact_url", "ssl_context"]
+
+log = logging.getLogger("shoal.adapters")
 
 
 def read_secret_file(path: Path) -> str:
@@ -105,6 +110,22 @@ class ConnectionSecurity(BaseSettings):
             return value.get_secret_value()
         path: Path | None = getattr(self, f"{name}_file")
         return None if path is None else read_secret_file(path)
+
+    def secret_reader(self, name: str) -> Callable[[], str]:
+        """A callable giving the secret ``name`` at each call: a file is read again (so a
+        rotated Kubernetes Secret is picked up at the next login); when that read fails (the
+        file is being replaced), the last value read."""
+        last = self.secret(name) or ""
+
+        def read() -> str:
+            nonlocal last
+            try:
+                last = self.secret(name) or last
+            except ValueError as exc:
+                log.warning("%s: %s; using the value read before", self.env_name(name), exc)
+            return last
+
+        return read
 
     def has_secret(self, name: str) -> bool:
         return getattr(self, name) is not None or getattr(self, f"{name}_file") is not None

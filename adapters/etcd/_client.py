@@ -75,6 +75,7 @@ class EtcdClient:
         self.settings = settings
         self._client: Etcd3Client | None = None
         self._token: str | None = None  # with a user: etcd's auth token, None until fetched
+        self._password = settings.secret_reader("password") if settings.user else None
         self._auth_lock = anyio.Lock()
 
     async def connect(self) -> None:
@@ -166,7 +167,7 @@ class EtcdClient:
             if self._token is None or self._token == stale:
                 auth = client.auth
                 assert auth is not None
-                password = s.secret("password") or ""
+                password = self._password() if self._password is not None else ""
                 client.set_token(None)  # a login sent with a stale token is refused
                 try:
                     response = await detached(auth.authenticate(s.user, password))
@@ -301,16 +302,6 @@ class EtcdClient:
         generator waits forever, and grpc only cancels it while the call is still live).
         """
         client = self._connected
-        if self.settings.user is not None:
-            # a stream takes the token it opens with; without one etcd cancels it, and the
-            # watch re-reads (through _call, which logs in again)
-            with (
-                contextlib.suppress(StoreUnavailableError, EtcdError, grpc.aio.AioRpcError),
-                anyio.move_on_after(self.settings.call_timeout),
-            ):
-                await self._authenticated()
-        metadata = (("token", self._token),) if self._token else None
-        done = asyncio.Event()
         request = WatchRequest(
             create_request=WatchCreateRequest(
                 key=key.encode(),
@@ -319,20 +310,48 @@ class EtcdClient:
             )
         )
 
-        async def requests() -> AsyncIterator[Any]:
+        async def requests(done: asyncio.Event) -> AsyncIterator[Any]:
             yield request
             await done.wait()  # keep our side open until the caller is done
 
-        call = WatchStub(client._channel).Watch(requests(), metadata=metadata)
-        try:
-            while True:
-                response = await detached(call.read())
-                if response is grpc.aio.EOF:
-                    return
-                yield response
-        finally:
-            done.set()  # lets grpc's request task finish even when the call already failed
-            call.cancel()
+        # A stream takes the token it opens with. etcd cancels a stream opened with a token
+        # it no longer knows (expired) in its first response: then log in again and open it
+        # once more, so the caller does not see a cancellation (and re-read) for it.
+        refused: str | None = None
+        for attempt in range(2):
+            token = await self._watch_token(stale=refused)
+            done = asyncio.Event()
+            metadata = (("token", token),) if token else None
+            call = WatchStub(client._channel).Watch(requests(done), metadata=metadata)
+            try:
+                while True:
+                    response = await detached(call.read())
+                    if response is grpc.aio.EOF:
+                        return
+                    if (
+                        attempt == 0
+                        and token is not None
+                        and response.canceled
+                        and "auth token" in str(response.cancel_reason)
+                    ):
+                        refused = token
+                        break
+                    yield response
+            finally:
+                done.set()  # lets grpc's request task finish even when the call failed
+                call.cancel()
+
+    async def _watch_token(self, stale: str | None) -> str | None:
+        """The token to open a watch with (None without a user); a failed login leaves the
+        stream to open without one (etcd cancels it; the watch retries)."""
+        if self.settings.user is None:
+            return None
+        with (
+            contextlib.suppress(StoreUnavailableError, EtcdError, grpc.aio.AioRpcError),
+            anyio.move_on_after(self.settings.call_timeout),
+        ):
+            await self._authenticated(stale=stale)
+        return self._token
 
 
 def _unauthenticated(exc: BaseException) -> bool:

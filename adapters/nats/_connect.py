@@ -3,12 +3,13 @@ dead-letter queue both connect here).
 
 nats-py retries a refused login like an unreachable server when reconnecting is allowed,
 so a wrong password would look like a timeout. ``connect`` stops at the first
-authorization error instead and raises ``PermissionError`` naming the server and the
-user (never the secret)."""
+authorization error (or server certificate that does not verify) instead and raises
+``PermissionError`` naming the server and the user (never the secret)."""
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,9 +32,9 @@ def connect_options(s: NatsSettings) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if s.user:
         options["user"] = s.user
-        options["password"] = s.secret("password")
+        options["password"] = s.secret_reader("password")  # read again at each (re)connect
     elif s.has_secret("token"):
-        options["token"] = s.secret("token")
+        options["token"] = s.secret_reader("token")
     elif s.nkey_seed_file is not None:
         options["nkeys_seed"] = str(s.nkey_seed_file)
     elif s.creds_file is not None:
@@ -62,10 +63,16 @@ def describe(s: NatsSettings) -> str:
     return f"{servers} ({'TLS' if s.tls_wanted else 'plaintext'}, {who})"
 
 
-def _refused(exc: BaseException) -> bool:
-    if isinstance(exc, nats.errors.AuthorizationError):
-        return True
-    return isinstance(exc, nats.errors.Error) and any(r in str(exc).lower() for r in _REFUSED)
+def _final(exc: BaseException, s: NatsSettings) -> str | None:
+    """Why retrying cannot help (a refused login, a certificate that does not verify), or
+    None for an error worth retrying (no server yet, a dropped connection)."""
+    if isinstance(exc, nats.errors.AuthorizationError) or (
+        isinstance(exc, nats.errors.Error) and any(r in str(exc).lower() for r in _REFUSED)
+    ):
+        return f"NATS at {describe(s)} refused the login: {exc}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"NATS at {describe(s)}: the TLS handshake failed: {exc}"
+    return None
 
 
 async def connect(
@@ -75,19 +82,24 @@ async def connect(
     error_cb: Callable[[Exception], Awaitable[None]],
     **options: Any,
 ) -> Client:
-    """A connected client (bounded by ``s.connect_timeout``, ``TimeoutError`` past it);
-    ``PermissionError`` at once when the server refuses the credentials."""
+    """A connected client (bounded by ``s.connect_timeout``, ``TimeoutError`` past it,
+    naming the last error seen); ``PermissionError`` at once when the server refuses the
+    credentials or its certificate does not verify."""
     client = Client()
-    refused: list[BaseException] = []
+    final: list[str] = []
+    last: list[BaseException] = []
     connecting = True
 
     with anyio.CancelScope() as scope:
 
         async def on_error(exc: Exception) -> None:
-            if connecting and _refused(exc):
-                refused.append(exc)
-                scope.cancel()  # nats-py would retry the same credentials forever
-                return
+            if connecting:
+                last[:] = [exc]
+                why = _final(exc, s)
+                if why is not None:
+                    final.append(why)
+                    scope.cancel()  # nats-py would retry the same thing until the timeout
+                    return
             await error_cb(exc)
 
         try:
@@ -102,18 +114,20 @@ async def connect(
                 )
         except TimeoutError:
             await _abandon(client)
+            seen = f" (last error: {last[0]!r})" if last else ""
             raise TimeoutError(
-                f"no NATS server answered at {describe(s)} within {s.connect_timeout} s"
+                f"no NATS server answered at {describe(s)} within {s.connect_timeout} s{seen}"
             ) from None
         except BaseException as exc:
             await _abandon(client)
-            if _refused(exc):
-                raise PermissionError(f"NATS at {describe(s)} refused the login: {exc}") from None
+            why = _final(exc, s)
+            if why is not None:
+                raise PermissionError(why) from None
             raise
     connecting = False
-    if refused:
+    if final:
         await _abandon(client)
-        raise PermissionError(f"NATS at {describe(s)} refused the login: {refused[-1]}")
+        raise PermissionError(final[-1])
     log.debug("NATS connected to %s", describe(s))
     return client
 

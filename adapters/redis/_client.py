@@ -23,6 +23,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.credentials import CredentialProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -57,6 +58,21 @@ class Event:
     key: str
 
 
+class _Credentials(CredentialProvider):
+    """The ACL user (None: ``default``) and the password, read again at every login."""
+
+    def __init__(self, username: str | None, password: Callable[[], str]) -> None:
+        self._username = username
+        self._password = password
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        password = self._password()
+        return (self._username, password) if self._username else (password,)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()
+
+
 class RedisClient:
     """A redis-py client whose every call is bounded by ``settings.call_timeout``."""
 
@@ -69,10 +85,8 @@ class RedisClient:
         """Create the client (connections are made lazily, on the first call)."""
         s = self.settings
         security: dict[str, object] = {}
-        if s.username:
-            security["username"] = s.username
         if s.has_secret("password"):
-            security["password"] = s.secret("password")
+            security["credential_provider"] = _Credentials(s.username, s.secret_reader("password"))
         url = s.url
         if s.use_tls:
             url = "rediss" + url[url.index(":") :]  # redis-py picks TLS by the scheme

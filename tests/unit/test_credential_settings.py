@@ -195,7 +195,7 @@ def test_nats_options_and_log_lines_name_the_user_not_the_secret(secret_file: Pa
         url=f"tls://me:{SECRET}@127.0.0.1:4222", user="u", password_file=secret_file
     )
     options = connect_options(settings)
-    assert options["user"] == "u" and options["password"] == SECRET
+    assert options["user"] == "u" and options["password"]() == SECRET  # read at each login
     assert isinstance(options["tls"], ssl.SSLContext)
     line = describe(settings)
     assert SECRET not in line
@@ -205,3 +205,17 @@ def test_nats_options_and_log_lines_name_the_user_not_the_secret(secret_file: Pa
 def test_redact_url_hides_only_the_password() -> None:
     assert redact_url(f"redis://user:{SECRET}@host:6379/0") == "redis://user:***@host:6379/0"
     assert redact_url("nats://host:4222") == "nats://host:4222"
+
+
+def test_a_secret_file_is_read_again_at_each_login(
+    secret_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = RedisSettings(password_file=secret_file)
+    read = settings.secret_reader("password")
+    assert read() == SECRET
+    secret_file.write_text("rotated\n")  # Kubernetes swapped the Secret's file
+    assert read() == "rotated"
+    secret_file.unlink()  # caught between the swap's two steps: the last value serves
+    assert read() == "rotated"
+    assert "SHOAL_REDIS_PASSWORD: cannot read" in caplog.text
+    assert "rotated" not in caplog.text
