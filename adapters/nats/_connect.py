@@ -86,48 +86,43 @@ async def connect(
     naming the last error seen); ``PermissionError`` at once when the server refuses the
     credentials or its certificate does not verify."""
     client = Client()
-    final: list[str] = []
     last: list[BaseException] = []
     connecting = True
 
-    with anyio.CancelScope() as scope:
+    async def on_error(exc: Exception) -> None:
+        if connecting:
+            last[:] = [exc]
+            if _final(exc, s) is not None:
+                # nats-py would retry the same thing until the timeout; it reads this
+                # option right after calling us and then raises ``exc`` (nats-py 2.x)
+                client.options["allow_reconnect"] = False
+                return
+        await error_cb(exc)
 
-        async def on_error(exc: Exception) -> None:
-            if connecting:
-                last[:] = [exc]
-                why = _final(exc, s)
-                if why is not None:
-                    final.append(why)
-                    scope.cancel()  # nats-py would retry the same thing until the timeout
-                    return
-            await error_cb(exc)
-
-        try:
-            with anyio.fail_after(s.connect_timeout):
-                await client.connect(
-                    servers=s.servers,
-                    name=name,
-                    connect_timeout=max(1, round(s.connect_timeout)),
-                    error_cb=on_error,
-                    **connect_options(s),
-                    **options,
-                )
-        except TimeoutError:
-            await _abandon(client)
-            seen = f" (last error: {last[0]!r})" if last else ""
-            raise TimeoutError(
-                f"no NATS server answered at {describe(s)} within {s.connect_timeout} s{seen}"
-            ) from None
-        except BaseException as exc:
-            await _abandon(client)
-            why = _final(exc, s)
-            if why is not None:
-                raise PermissionError(why) from None
-            raise
-    connecting = False
-    if final:
+    try:
+        with anyio.fail_after(s.connect_timeout):
+            await client.connect(
+                servers=s.servers,
+                name=name,
+                connect_timeout=max(1, round(s.connect_timeout)),
+                error_cb=on_error,
+                **connect_options(s),
+                **options,
+            )
+    except TimeoutError:
         await _abandon(client)
-        raise PermissionError(final[-1])
+        seen = f" (last error: {last[0]!r})" if last else ""
+        raise TimeoutError(
+            f"no NATS server answered at {describe(s)} within {s.connect_timeout} s{seen}"
+        ) from None
+    except BaseException as exc:
+        await _abandon(client)
+        why = _final(exc, s)
+        if why is not None:
+            raise PermissionError(why) from None
+        raise
+    finally:
+        connecting = False
     log.debug("NATS connected to %s", describe(s))
     return client
 

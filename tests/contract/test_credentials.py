@@ -197,6 +197,43 @@ async def test_nats_refuses_a_server_certificate_the_ca_did_not_sign(
             pass
 
 
+@pytest.mark.nats
+async def test_nats_token_from_a_file_is_accepted_and_a_wrong_one_refused(
+    tmp_path: Path,
+) -> None:
+    start = functools.partial(
+        _start_or_skip, start_nats, name="shoal-nats-token", extra_args=("--auth", PASSWORD)
+    )
+    server = await anyio.to_thread.run_sync(start)
+    assert isinstance(server, RunningNats)
+    try:
+        tag = uuid.uuid4().hex[:10]
+        settings = NatsSettings(
+            url=server.url,
+            stream=f"T{tag}",
+            subject_prefix=f"t{tag}.data",
+            dead_letter_stream=f"T{tag}_DLQ",
+            dead_letter_prefix=f"t{tag}.dlq",
+            token_file=_secret_file(tmp_path, "nats-token", PASSWORD),
+        )
+        async with NatsTransport(settings) as transport:
+            sent = [envelope(2, "projA", 1)]
+            await transport.publish(sent)
+            sub = await transport.open(2, "h1")
+            got = await fetch_n(sub, 1)
+            assert got[0].envelope == sent[0]
+            await sub.ack(got)
+            await sub.close()
+        wrong = settings.model_copy(update={"token_file": None, "token": SecretStr(WRONG)})
+        with anyio.fail_after(10), pytest.raises(PermissionError) as caught:
+            async with NatsTransport(wrong.model_copy(update={"connect_timeout": 30.0})):
+                pass
+        assert "a token" in str(caught.value)
+        _no_secret_in(str(caught.value))
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
 # --- etcd -----------------------------------------------------------------------------------
 
 
