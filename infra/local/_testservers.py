@@ -48,7 +48,8 @@ class ServerInfo:
     endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
     process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
     credentials: tuple[str, str] | None = None  # minio: (access key id, secret access key)
-    # kafka, local mode: a SASL_PLAINTEXT (PLAIN) listener "h:p" and its (user, password)
+    # kafka, local mode: a SASL_PLAINTEXT listener "h:p" (PLAIN and SCRAM-SHA-256) and its
+    # (user, password)
     sasl_endpoint: str | None = None
     sasl_credentials: tuple[str, str] | None = None
 

@@ -112,20 +112,23 @@ _JVM_FLAGS = (
 _FORMAT_TIMEOUT = 120.0
 
 
-# Every node also listens for SASL_PLAINTEXT (mechanism PLAIN) on its own port, with one
-# user: tests connect through it with and without the right password (credentials of a
-# loopback test broker, not a secret). The PLAINTEXT listener stays what every other
-# client uses.
+# Every node also listens for SASL_PLAINTEXT (mechanisms PLAIN and SCRAM-SHA-256) on its own
+# port, with one user: tests connect through it with and without the right password
+# (credentials of a loopback test broker, not a secret). The PLAINTEXT listener stays what
+# every other client uses.
 SASL_USER = "shoal"
 SASL_PASSWORD = "shoal-local-sasl"
 
 
 def _sasl_config() -> dict[str, str]:
     return {
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'user_{SASL_USER}="{SASL_PASSWORD}";'
+        ),
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         ),
     }
 
@@ -253,6 +256,8 @@ def _format(java: Path, libs: Path, node_dir: Path, cluster_id: str) -> None:
         f"--cluster-id={cluster_id}",
         "-c",
         str(node_dir / "server.properties"),
+        # the SASL listener's SCRAM user (KRaft keeps SCRAM credentials in its metadata)
+        f"--add-scram=SCRAM-SHA-256=[name={SASL_USER},password={SASL_PASSWORD}]",
     ]
     log = node_dir / "format.log"
     try:
