@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +53,9 @@ class ServerInfo:
     # (user, password)
     sasl_endpoint: str | None = None
     sasl_credentials: tuple[str, str] | None = None
+    # and a SASL_SSL listener (same user) with the CA file that verifies it, when present
+    sasl_ssl_endpoint: str | None = None
+    tls_ca_file: Path | None = None
 
     @property
     def endpoints(self) -> list[str]:
@@ -140,6 +144,8 @@ def _local(kind: str) -> Iterator[ServerInfo]:
         sasl = {
             "sasl_endpoint": server.sasl_bootstrap,
             "sasl_credentials": (SASL_USER, SASL_PASSWORD),
+            "sasl_ssl_endpoint": server.sasl_ssl_bootstrap,
+            "tls_ca_file": server.tls_ca_file,
         }
     try:
         yield ServerInfo(kind, "local", server.url, server.endpoint, server, credentials, **sasl)

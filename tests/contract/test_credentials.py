@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -32,6 +30,8 @@ from core.errors import StoreUnavailableError
 from infra.local._handles import RunningEtcd, RunningNats, RunningRedis
 from infra.local._process import ServerStartError, free_port
 from infra.local._testservers import ServerInfo
+from infra.local._tls import TestPki as Pki
+from infra.local._tls import make_test_pki, openssl_available
 from infra.local.servers import start_etcd, start_nats, start_redis
 from tests.contract._coordination import next_within, until, watching
 from tests.contract._transport import envelope, fetch_n
@@ -65,45 +65,12 @@ def _no_secret_in(text: str) -> None:
 # --- TLS material (openssl CLI) -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Pki:
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA, a server certificate for 127.0.0.1 and a client certificate (EC P-256)."""
-    if shutil.which("openssl") is None:
+    if not openssl_available():
         pytest.skip("no openssl to make test certificates")
-    d = tmp_path_factory.mktemp("pki")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl(
-        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=shoal test CA", cwd=d,
-    )  # fmt: skip
-    for name, ext in (
-        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ):
-        (d / f"{name}.ext").write_text(ext + "\n")
-        _openssl(
-            "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-            "-subj", f"/CN=shoal {name}", cwd=d,
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-            "-extfile", f"{name}.ext", cwd=d,
-        )  # fmt: skip
-    return Pki(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key")
+    return make_test_pki(tmp_path_factory.mktemp("pki"))
 
 
 # --- NATS -----------------------------------------------------------------------------------
@@ -563,3 +530,32 @@ async def test_kafka_refuses_a_wrong_password_with_a_clear_error(
         assert "SaslAuthenticationFailed" in message
         assert password not in message
         assert WRONG not in message
+
+
+@pytest.mark.kafka
+async def test_kafka_transport_works_through_sasl_ssl_and_checks_the_certificate(
+    kafka_server: ServerInfo, kafka_sasl: tuple[str, str, str]
+) -> None:
+    if kafka_server.sasl_ssl_endpoint is None or kafka_server.tls_ca_file is None:
+        pytest.skip("the local Kafka has no SASL_SSL listener (no openssl to make its cert)")
+    endpoint, (user, password) = kafka_server.sasl_ssl_endpoint, kafka_sasl[1:]
+    settings = _kafka_settings(
+        endpoint,
+        user,
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_password=SecretStr(password),
+        tls_ca_file=kafka_server.tls_ca_file,
+    )
+    async with KafkaTransport(settings) as transport:
+        sent = [envelope(0, "projA", 1)]
+        await transport.publish(sent)
+        sub = await transport.open(0, "h1")
+        got = await fetch_n(sub, 1)
+        assert got[0].envelope == sent[0]
+        await sub.ack(got)
+        await sub.close()
+    system_cas = settings.model_copy(update={"tls_ca_file": None})  # ours is not among them
+    with anyio.fail_after(10), pytest.raises(PermissionError, match="certificate verify failed"):
+        async with KafkaTransport(system_cas):
+            pass
