@@ -19,6 +19,7 @@ import anyio
 import grpc  # type: ignore[import-untyped]
 from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
 from etcd3aio._protobuf import Compare, WatchCreateRequest, WatchRequest, WatchStub
+from etcd3aio.errors import EtcdPermissionDeniedError, EtcdUnauthenticatedError
 from etcd3aio.kv import KVService
 
 from adapters.etcd._detach import detached
@@ -73,20 +74,39 @@ class EtcdClient:
     def __init__(self, settings: EtcdSettings) -> None:
         self.settings = settings
         self._client: Etcd3Client | None = None
+        self._token: str | None = None  # with a user: etcd's auth token, None until fetched
+        self._password = settings.secret_reader("password") if settings.user else None
+        self._auth_lock = anyio.Lock()
 
     async def connect(self) -> None:
+        s = self.settings
+        ca = cert = key = None
+        tls = s.tls_enabled and s.tls_ca_file is not None  # the settings require the CA
+        if tls and s.tls_ca_file is not None:
+            ca = s.tls_ca_file.read_bytes()
+            if s.tls_cert_file is not None and s.tls_key_file is not None:
+                cert, key = s.tls_cert_file.read_bytes(), s.tls_key_file.read_bytes()
         client = Etcd3Client(
-            list(self.settings.endpoints),
-            watch_reconnect_backoff_seconds=self.settings.retry_interval,
-            watch_max_reconnect_backoff_seconds=max(
-                self.settings.retry_interval, self.settings.max_retry_interval
-            ),
+            list(s.endpoints),
+            watch_reconnect_backoff_seconds=s.retry_interval,
+            watch_max_reconnect_backoff_seconds=max(s.retry_interval, s.max_retry_interval),
+            tls_server_name=s.tls_server_name if tls else None,
+            ca_cert=ca,
+            cert_chain=cert,
+            cert_key=key,
         )
         options = getattr(getattr(client, "_manager", None), "grpc_options", None)
         if isinstance(options, list):  # etcd3aio 0.3.0 offers no public way to set them
             options.extend(_CHANNEL_OPTIONS)
         await client.connect()  # creates the channel only: etcd is contacted lazily
+        self._token = None
         self._client = client
+        _log.debug(
+            "etcd at %s (%s, %s)",
+            self._where,
+            "TLS" if tls else "plaintext",
+            f"user {s.user}" if s.user else "no user",
+        )
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -111,7 +131,15 @@ class EtcdClient:
         timeout = self.settings.call_timeout if bound is None else bound
         try:
             with anyio.fail_after(timeout):
-                return await detached(call(timeout))
+                token = await self._authenticated()
+                try:
+                    return await detached(call(timeout))
+                except (EtcdUnauthenticatedError, grpc.aio.AioRpcError) as exc:
+                    if not _unauthenticated(exc) or self.settings.user is None:
+                        raise
+                    # etcd forgot the token (its TTL, or etcd restarted): log in again, once
+                    await self._authenticated(stale=token)
+                    return await detached(call(timeout))
         except TimeoutError as exc:
             raise StoreUnavailableError(
                 f"etcd {what}: no answer within {timeout:g} s from {self._where}"
@@ -128,6 +156,35 @@ class EtcdClient:
     @property
     def _where(self) -> str:
         return ",".join(self.settings.endpoints)
+
+    async def _authenticated(self, stale: str | None = None) -> str | None:
+        """With a user: the auth token in force, fetched when there is none yet or when it
+        is still ``stale`` (one login for every caller that saw it refused)."""
+        s, client = self.settings, self._connected
+        if s.user is None:
+            return None
+        async with self._auth_lock:
+            if self._token is None or self._token == stale:
+                auth = client.auth
+                assert auth is not None
+                password = self._password() if self._password is not None else ""
+                client.set_token(None)  # a login sent with a stale token is refused
+                try:
+                    response = await detached(auth.authenticate(s.user, password))
+                except (EtcdUnauthenticatedError, EtcdPermissionDeniedError) as exc:
+                    raise StoreUnavailableError(
+                        f"etcd at {self._where} refused user {s.user!r}: {exc}"
+                    ) from None
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                        raise  # unreachable and the like: _call says so
+                    # etcd's answer to a wrong password or an unknown user
+                    raise StoreUnavailableError(
+                        f"etcd at {self._where} refused user {s.user!r}: {exc.details()}"
+                    ) from None
+                self._token = str(response.token)
+                client.set_token(self._token)
+            return self._token
 
     # --- KV ----------------------------------------------------------------------------
 
@@ -255,7 +312,6 @@ class EtcdClient:
         generator waits forever, and grpc only cancels it while the call is still live).
         """
         client = self._connected
-        done = asyncio.Event()
         request = WatchRequest(
             create_request=WatchCreateRequest(
                 key=key.encode(),
@@ -264,17 +320,51 @@ class EtcdClient:
             )
         )
 
-        async def requests() -> AsyncIterator[Any]:
+        async def requests(done: asyncio.Event) -> AsyncIterator[Any]:
             yield request
             await done.wait()  # keep our side open until the caller is done
 
-        call = WatchStub(client._channel).Watch(requests())
-        try:
-            while True:
-                response = await detached(call.read())
-                if response is grpc.aio.EOF:
-                    return
-                yield response
-        finally:
-            done.set()  # lets grpc's request task finish even when the call already failed
-            call.cancel()
+        # A stream takes the token it opens with. etcd cancels a stream opened with a token
+        # it no longer knows (expired) in its first response: then log in again and open it
+        # once more, so the caller does not see a cancellation (and re-read) for it.
+        refused: str | None = None
+        for attempt in range(2):
+            token = await self._watch_token(stale=refused)
+            done = asyncio.Event()
+            metadata = (("token", token),) if token else None
+            call = WatchStub(client._channel).Watch(requests(done), metadata=metadata)
+            try:
+                while True:
+                    response = await detached(call.read())
+                    if response is grpc.aio.EOF:
+                        return
+                    if (
+                        attempt == 0
+                        and token is not None
+                        and response.canceled
+                        and "auth token" in str(response.cancel_reason)
+                    ):
+                        refused = token
+                        break
+                    yield response
+            finally:
+                done.set()  # lets grpc's request task finish even when the call failed
+                call.cancel()
+
+    async def _watch_token(self, stale: str | None) -> str | None:
+        """The token to open a watch with (None without a user); a failed login leaves the
+        stream to open without one (etcd cancels it; the watch retries)."""
+        if self.settings.user is None:
+            return None
+        with (
+            contextlib.suppress(StoreUnavailableError, EtcdError, grpc.aio.AioRpcError),
+            anyio.move_on_after(self.settings.call_timeout),
+        ):
+            await self._authenticated(stale=stale)
+        return self._token
+
+
+def _unauthenticated(exc: BaseException) -> bool:
+    if isinstance(exc, EtcdUnauthenticatedError):
+        return True
+    return isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -23,12 +23,17 @@ from aiokafka.admin import (  # type: ignore[import-untyped, unused-ignore]
     NewTopic,
     RecordsToDelete,
 )
+from aiokafka.conn import create_conn  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.errors import (  # type: ignore[import-untyped, unused-ignore]
+    AuthenticationFailedError,
     ConsumerStoppedError,
+    IllegalSaslStateError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFenced,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
     for_code,
 )
 from aiokafka.protocol.commit import (  # type: ignore[import-untyped, unused-ignore]
@@ -39,7 +44,9 @@ __all__ = [
     "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
+    "AuthenticationFailedError",
     "ConsumerStoppedError",
+    "IllegalSaslStateError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
@@ -47,7 +54,10 @@ __all__ = [
     "OffsetFetchRequest",
     "ProducerFenced",
     "RecordsToDelete",
+    "SaslAuthenticationFailed",
     "TopicPartition",
+    "UnsupportedSaslMechanismError",
+    "create_conn",
     "for_code",
     "stop_quietly",
 ]

@@ -26,6 +26,7 @@ from anyio.abc import TaskGroup
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError, NewTopic, for_code
 from adapters.kafka._coord_aiokafka import ConfigResource, ConfigResourceType
+from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
 from core.assignment import DEFAULT_STRATEGY, AssignmentOptions, Strategy, strategy_named
 from core.errors import StoreUnavailableError
@@ -141,16 +142,16 @@ class KafkaCoordinationAdapter(Lifecycle):
         s = self.settings
         try:
             with anyio.fail_after(s.connect_timeout):
+                await check_login(s)
                 self._admin = AIOKafkaAdminClient(
-                    bootstrap_servers=list(s.bootstrap_servers),
-                    client_id=f"{s.client_id}-coord-admin",
-                    request_timeout_ms=s.ms(s.request_timeout),
-                    retry_backoff_ms=s.ms(s.retry_backoff),
+                    client_id=f"{s.client_id}-coord-admin", **s.client_options()
                 )
                 await self._admin.start()
                 await self._ensure_topics()
                 self.bounds = await read_session_bounds(self._admin)
                 await self._open()
+        except PermissionError as exc:
+            raise StoreUnavailableError(str(exc)) from exc
         except (TimeoutError, KafkaError, OSError) as exc:
             raise StoreUnavailableError(
                 f"Kafka coordination at {s.bootstrap}: not ready within "

@@ -61,14 +61,12 @@ class TopicTail:
     def _new_consumer(self) -> Any:
         s = self.settings
         return AIOKafkaConsumer(
-            bootstrap_servers=list(s.bootstrap_servers),
             client_id=f"{s.client_id}-coord-tail",
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            request_timeout_ms=s.ms(s.request_timeout),
-            retry_backoff_ms=s.ms(s.retry_backoff),
             fetch_max_wait_ms=500,
+            **s.client_options(),
         )
 
     async def start(self, tasks: TaskGroup) -> None:
@@ -155,13 +153,11 @@ class Appender:
     async def start(self) -> None:
         s = self.settings
         producer = AIOKafkaProducer(
-            bootstrap_servers=list(s.bootstrap_servers),
             client_id=f"{s.client_id}-coord",
             acks="all",
             enable_idempotence=True,
             linger_ms=0,
-            request_timeout_ms=s.ms(s.request_timeout),
-            retry_backoff_ms=s.ms(s.retry_backoff),
+            **s.client_options(),
         )
         await producer.start()
         self._producer = producer

@@ -37,6 +37,7 @@ from adapters.kafka._codec import (
     decode,
     envelope_headers,
 )
+from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
 from core.dead_letters import DeadLetter, pick, reason_of
 from core.errors import BrokerUnavailableError, PublishError
@@ -60,6 +61,7 @@ class KafkaDeadLetterQueue(Lifecycle):
         common = s.client_options()
         try:
             with anyio.fail_after(s.connect_timeout):
+                await check_login(s)
                 self._producer = AIOKafkaProducer(
                     client_id=f"{s.client_id}-dlq", acks="all", enable_idempotence=True, **common
                 )

@@ -215,10 +215,8 @@ class GroupSession:
         within ``connect_timeout``."""
         s = self.settings
         client = AIOKafkaClient(
-            bootstrap_servers=list(s.bootstrap_servers),
+            **{**s.client_options(), "request_timeout_ms": _CLIENT_REQUEST_TIMEOUT_MS},
             client_id=f"{s.client_id}-coord",
-            request_timeout_ms=_CLIENT_REQUEST_TIMEOUT_MS,
-            retry_backoff_ms=s.ms(s.retry_backoff),
         )
         try:
             try:

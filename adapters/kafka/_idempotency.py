@@ -24,6 +24,7 @@ from adapters._idempotency_book import AnswerBook
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError, NewTopic, for_code
 from adapters.kafka._coord_tail import Appender, TopicTail
+from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
 from core.idempotency import IdempotentAnswer, decode_answer, encode_answer, scope
@@ -81,11 +82,9 @@ class KafkaIdempotencyStore(Lifecycle):
         if not s.create_topics:
             return
         window_ms = str(max(1, s.ms(self.window)))
+        await check_login(s)
         admin: Any = AIOKafkaAdminClient(
-            bootstrap_servers=list(s.bootstrap_servers),
-            client_id=f"{s.client_id}-idempotency-admin",
-            request_timeout_ms=s.ms(s.request_timeout),
-            retry_backoff_ms=s.ms(s.retry_backoff),
+            client_id=f"{s.client_id}-idempotency-admin", **s.client_options()
         )
         await admin.start()
         try:

@@ -15,11 +15,13 @@ Shared by the transport and the Kafka coordination adapters. Names:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from adapters._credentials import ConnectionSecurity, ssl_context
 from core.partitioning import DEFAULT_PARTITIONS
 
 __all__ = ["KafkaSettings"]
@@ -27,7 +29,7 @@ __all__ = ["KafkaSettings"]
 _TOPIC = r"^[A-Za-z0-9._-]{1,200}$"
 
 
-class KafkaSettings(BaseSettings):
+class KafkaSettings(ConnectionSecurity):
     """Connection, topic and consumer settings of the Kafka adapters.
 
     ``bootstrap_servers``: ``host:port`` strings; from the environment a comma-separated
@@ -41,7 +43,15 @@ class KafkaSettings(BaseSettings):
     dies loses recent ones unless the topic has replicas on other machines:
     ``replication_factor=3`` with ``min_insync_replicas=2`` in production, or
     ``topic_config={"flush.messages": "1"}`` (fsync every message; slow) on one node.
+
+    Credentials and TLS, applied to every client the Kafka adapters create (through
+    ``client_options``): ``security_protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL);
+    with SASL, ``sasl_mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), ``sasl_username``
+    and ``sasl_password`` (or ``sasl_password_file``); with SSL, ``tls_ca_file`` (else the
+    system's CAs), ``tls_cert_file`` + ``tls_key_file`` (see ``adapters._credentials``).
     """
+
+    _SECRETS: ClassVar[tuple[str, ...]] = ("sasl_password",)
 
     model_config = SettingsConfigDict(
         env_prefix="SHOAL_KAFKA_", extra="ignore", populate_by_name=True
@@ -120,6 +130,12 @@ class KafkaSettings(BaseSettings):
         description="per subscription (one consumer, one partition): what it prefetches",
     )
 
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = None
+
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
     def _split_servers(cls, value: object) -> object:
@@ -143,6 +159,39 @@ class KafkaSettings(BaseSettings):
             raise ValueError("heartbeat_interval must be below session_timeout")
         return self
 
+    @model_validator(mode="after")
+    def _credentials(self) -> Self:
+        protocol = self.env_name("security_protocol")
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl:
+            if not self.sasl_username:
+                raise ValueError(
+                    f"{self.env_name('sasl_username')}: needed with {protocol}="
+                    f"{self.security_protocol}"
+                )
+            self.require_secret(
+                "sasl_password", f"{self.env_name('sasl_username')} is set without a password"
+            )
+        elif self.sasl_username or self.has_secret("sasl_password"):
+            raise ValueError(
+                f"{self.env_name('sasl_username')}: SASL credentials need {protocol}="
+                f"SASL_PLAINTEXT or SASL_SSL (it is {self.security_protocol})"
+            )
+        if self.tls_server_name:
+            raise ValueError(
+                f"{self.env_name('tls_server_name')}: not supported for Kafka (aiokafka checks "
+                "the broker's advertised host name)"
+            )
+        if self.tls_enabled and not self.ssl_wanted:
+            raise ValueError(
+                f"{protocol}: TLS settings need SSL or SASL_SSL (it is {self.security_protocol})"
+            )
+        return self
+
+    @property
+    def ssl_wanted(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
     @property
     def bootstrap(self) -> str:
         """Comma-separated, as Kafka tools take it."""
@@ -158,9 +207,29 @@ class KafkaSettings(BaseSettings):
         return max(1, round(seconds * 1000))
 
     def client_options(self) -> dict[str, Any]:
-        """What every aiokafka client of the transport side is built with."""
+        """What every aiokafka client of the Kafka adapters is built with: where, the
+        credentials and TLS, the default timeouts (a client may override the last two)."""
         return {
             "bootstrap_servers": list(self.bootstrap_servers),
             "request_timeout_ms": self.ms(self.request_timeout),
             "retry_backoff_ms": self.ms(self.retry_backoff),
+            **self.security_options(),
         }
+
+    def security_options(self) -> dict[str, Any]:
+        """aiokafka's keywords for ``security_protocol`` and what it needs."""
+        options: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.ssl_wanted:
+            options["ssl_context"] = ssl_context(
+                self.tls_ca_file, self.tls_cert_file, self.tls_key_file
+            )
+        if self.security_protocol.startswith("SASL_"):
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = self.secret("sasl_password")
+        return options
+
+    def describe(self) -> str:
+        """Where and as whom, for log lines and errors: no secret."""
+        who = f", user {self.sasl_username}" if self.sasl_username else ""
+        return f"{self.bootstrap} ({self.security_protocol}{who})"

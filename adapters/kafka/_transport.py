@@ -25,6 +25,7 @@ from adapters.kafka._aiokafka import (
 )
 from adapters.kafka._codec import Encoded, encode
 from adapters.kafka._dead_letter import DeadLetters
+from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
 from adapters.kafka._subscription import KafkaSubscription
@@ -96,6 +97,7 @@ class KafkaTransport(Lifecycle):
 
     async def _start(self) -> None:
         s = self.settings
+        await check_login(s)
         common = s.client_options()
         self._admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **common)
         await self._admin.start()

@@ -28,6 +28,7 @@ from adapters.nats._codec import (
     decode,
     headers_deduplicated_as,
 )
+from adapters.nats._connect import connect, describe
 from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from core.dead_letters import DeadLetter, pick, reason_of
@@ -50,17 +51,14 @@ class NatsDeadLetterQueue(Lifecycle):
     async def _connect(self) -> None:
         s = self.settings
         try:
-            with anyio.fail_after(s.connect_timeout):
-                self._nc = await nats.connect(
-                    servers=s.servers,
-                    name=f"{s.name}-dlq",
-                    connect_timeout=max(1, round(s.connect_timeout)),
-                    allow_reconnect=False,
-                    error_cb=self._on_error,
-                )
+            self._nc = await connect(
+                s, name=f"{s.name}-dlq", error_cb=self._on_error, allow_reconnect=False
+            )
         except (TimeoutError, nats.errors.Error, OSError) as exc:
+            if isinstance(exc, PermissionError):
+                raise
             raise BrokerUnavailableError(
-                f"no NATS server answered at {s.url} within {s.connect_timeout} s: {exc!r}"
+                f"no NATS server answered at {describe(s)} within {s.connect_timeout} s: {exc!r}"
             ) from None
         self._js = self._nc.jetstream(timeout=s.request_timeout)
 

@@ -24,6 +24,7 @@ from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from adapters._lifecycle import Lifecycle
+from adapters.nats._connect import connect
 from adapters.nats._settings import NatsSettings
 from core.errors import StoreUnavailableError
 from core.idempotency import (
@@ -65,10 +66,9 @@ class NatsIdempotencyStore(Lifecycle):
         s = self.settings
         try:
             with anyio.fail_after(s.connect_timeout):
-                self._nc = await nats.connect(
-                    servers=s.servers,
+                self._nc = await connect(
+                    s,
                     name=f"{s.name}-idempotency",
-                    connect_timeout=max(1, round(s.connect_timeout)),
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=s.reconnect_wait,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+import importlib.util
+from pathlib import Path
+from typing import ClassVar, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from adapters._credentials import ConnectionSecurity
 
 __all__ = ["NatsSettings"]
 
@@ -13,7 +18,7 @@ _TOKEN = r"[A-Za-z0-9_-]+"
 _SUBJECT_PREFIX = rf"^{_TOKEN}(\.{_TOKEN})*$"
 
 
-class NatsSettings(BaseSettings):
+class NatsSettings(ConnectionSecurity):
     """Connection, stream and consumer settings of ``NatsTransport``.
 
     Durability comes from the server: fsync of every write is a *server* option
@@ -23,7 +28,15 @@ class NatsSettings(BaseSettings):
     one replica, loses acked messages when the server dies. (The stream's async persist
     mode is not offered: nats-server refuses it on a stream with atomic batch publish, err
     10052.)
+
+    Credentials, one kind at most: ``user`` + ``password`` (or ``password_file``);
+    ``token`` (or ``token_file``); ``nkey_seed_file`` (an nkey user's seed, ``SU...``);
+    ``creds_file`` (a decentralised-auth user's JWT and seed, as ``nsc`` writes them).
+    TLS: ``tls://`` URLs, or ``tls`` / any of ``tls_ca_file``, ``tls_cert_file`` +
+    ``tls_key_file``, ``tls_server_name`` (see ``adapters._credentials``).
     """
+
+    _SECRETS: ClassVar[tuple[str, ...]] = ("password", "token")
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_NATS_", extra="ignore")
 
@@ -88,6 +101,13 @@ class NatsSettings(BaseSettings):
     )
     close_timeout: float = Field(default=5.0, gt=0)
     reconnect_wait: float = Field(default=0.5, gt=0)
+    user: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    nkey_seed_file: Path | None = None
+    creds_file: Path | None = None
 
     @model_validator(mode="after")
     def _apart(self) -> Self:
@@ -100,6 +120,40 @@ class NatsSettings(BaseSettings):
         if self.stream == self.dead_letter_stream:
             raise ValueError("stream and dead_letter_stream must differ")
         return self
+
+    @model_validator(mode="after")
+    def _credentials(self) -> Self:
+        self.require_pair("user", "password")
+        kinds = [
+            name
+            for name, present in (
+                ("user", bool(self.user)),
+                ("token", self.has_secret("token")),
+                ("nkey_seed_file", self.nkey_seed_file is not None),
+                ("creds_file", self.creds_file is not None),
+            )
+            if present
+        ]
+        if len(kinds) > 1:
+            raise ValueError(
+                f"{self.env_name(kinds[0])}: one kind of credentials at most, also set: "
+                + ", ".join(self.env_name(k) for k in kinds[1:])
+            )
+        for field in ("nkey_seed_file", "creds_file"):
+            path: Path | None = getattr(self, field)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{self.env_name(field)}: {path} is not a readable file")
+            if path is not None and importlib.util.find_spec("nkeys") is None:
+                raise ValueError(
+                    f"{self.env_name(field)}: nkey authentication needs the nkeys package "
+                    "(pip install nkeys)"
+                )
+        return self
+
+    @property
+    def tls_wanted(self) -> bool:
+        """TLS on: asked for in the settings or by a ``tls://`` URL."""
+        return self.tls_enabled or any(urlsplit(u).scheme == "tls" for u in self.servers)
 
     @property
     def servers(self) -> list[str]:

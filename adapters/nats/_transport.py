@@ -19,6 +19,7 @@ from nats.js.errors import APIError, NotFoundError
 from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from adapters.nats._codec import encode
+from adapters.nats._connect import connect, describe
 from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._durability import check_server_fsync, check_stream
 from adapters.nats._settings import NatsSettings
@@ -70,24 +71,17 @@ class NatsTransport(Lifecycle):
     async def _connect(self) -> None:
         s = self.settings
         self._closing = False
-        try:
-            with anyio.fail_after(s.connect_timeout):
-                self._nc = await nats.connect(
-                    servers=s.servers,
-                    name=s.name,
-                    connect_timeout=max(1, round(s.connect_timeout)),
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=s.reconnect_wait,
-                    drain_timeout=max(1, round(s.close_timeout)),
-                    error_cb=self._on_error,
-                    disconnected_cb=self._on_disconnected,
-                    reconnected_cb=self._on_reconnected,
-                )
-        except TimeoutError:
-            raise TimeoutError(
-                f"no NATS server answered at {s.url} within {s.connect_timeout} s"
-            ) from None
+        self._nc = await connect(
+            s,
+            name=s.name,
+            error_cb=self._on_error,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=s.reconnect_wait,
+            drain_timeout=max(1, round(s.close_timeout)),
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+        )
         self._js = self._nc.jetstream(timeout=s.request_timeout)
         self._dead = DeadLetters(self._nc, self._js, s, self.subjects, self._hook)
         self._flusher = GroupFlush(self._nc, s.request_timeout)
@@ -350,7 +344,7 @@ class NatsTransport(Lifecycle):
     async def _on_disconnected(self) -> None:
         if self._closing:
             return
-        log.warning("NATS disconnected from %s", self.settings.url)
+        log.warning("NATS disconnected from %s", describe(self.settings))
 
     async def _on_reconnected(self) -> None:
         log.info("NATS reconnected")

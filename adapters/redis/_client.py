@@ -23,6 +23,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.credentials import CredentialProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -57,6 +58,21 @@ class Event:
     key: str
 
 
+class _Credentials(CredentialProvider):
+    """The ACL user (None: ``default``) and the password, read again at every login."""
+
+    def __init__(self, username: str | None, password: Callable[[], str]) -> None:
+        self._username = username
+        self._password = password
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        password = self._password()
+        return (self._username, password) if self._username else (password,)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()
+
+
 class RedisClient:
     """A redis-py client whose every call is bounded by ``settings.call_timeout``."""
 
@@ -67,8 +83,20 @@ class RedisClient:
 
     async def connect(self) -> None:
         """Create the client (connections are made lazily, on the first call)."""
+        s = self.settings
+        security: dict[str, object] = {}
+        if s.has_secret("password"):
+            security["credential_provider"] = _Credentials(s.username, s.secret_reader("password"))
+        url = s.url
+        if s.use_tls:
+            url = "rediss" + url[url.index(":") :]  # redis-py picks TLS by the scheme
+            security["ssl_ca_certs"] = None if s.tls_ca_file is None else str(s.tls_ca_file)
+            if s.tls_cert_file is not None and s.tls_key_file is not None:
+                security["ssl_certfile"] = str(s.tls_cert_file)
+                security["ssl_keyfile"] = str(s.tls_key_file)
         client = aioredis.Redis.from_url(
-            self.settings.url,
+            url,
+            **security,  # type: ignore[arg-type]
             socket_connect_timeout=self.settings.call_timeout,
             socket_timeout=None,  # every call is bounded by anyio instead (XREAD BLOCK waits)
             retry=Retry(NoBackoff(), 0),

@@ -1,21 +1,35 @@
-"""``RedisSettings``: where Redis is and how long to wait for it (env prefix ``SHOAL_REDIS_``)."""
+"""``RedisSettings``: where Redis is, how to log in and how long to wait for it (env prefix
+``SHOAL_REDIS_``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import ClassVar, Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from adapters._credentials import ConnectionSecurity, redact_url
 
 _SCHEMES = ("redis", "rediss", "unix")
 
 
-class RedisSettings(BaseSettings):
+class RedisSettings(ConnectionSecurity):
     """Connection and timing settings shared by every Redis adapter.
 
-    ``url`` is a redis-py URL (``redis://[user:password@]host:port/db``, ``rediss://`` for
-    TLS, ``unix:///path?db=0``). Every key lives under ``shoal:{group}:``.
+    ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
+    ``unix:///path?db=0``). Every key lives under ``shoal:{group}:``.
+
+    Credentials: ``password`` (or ``password_file``), with ``username`` for an ACL user
+    (without it: Redis's ``default`` user, ``requirepass``). A ``user:password@`` in the URL
+    still works, but then the secret sits in a plain string: not both.
+    TLS: a ``rediss://`` URL, or ``tls`` / any of ``tls_ca_file``, ``tls_cert_file`` +
+    ``tls_key_file`` (see ``adapters._credentials``); the server's certificate must name the
+    URL's host (``tls_server_name`` is not offered by redis-py).
     """
+
+    _SECRETS: ClassVar[tuple[str, ...]] = ("password",)
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_REDIS_", extra="ignore", frozen=True)
 
@@ -43,6 +57,9 @@ class RedisSettings(BaseSettings):
         default=10_000, ge=100, description="approximate cap of the change-event stream"
     )
     close_timeout: float = Field(default=5.0, gt=0, description="bound on leaving an adapter")
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
 
     @field_validator("url")
     @classmethod
@@ -50,9 +67,32 @@ class RedisSettings(BaseSettings):
         scheme = urlsplit(value).scheme
         if scheme not in _SCHEMES:
             raise ValueError(
-                f"SHOAL_REDIS_URL: expected a {'/'.join(_SCHEMES)}:// URL, got {value!r}"
+                f"SHOAL_REDIS_URL: expected a {'/'.join(_SCHEMES)}:// URL, got "
+                f"{redact_url(value)!r}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _credentials(self) -> Self:
+        if self.username:
+            self.require_secret(
+                "password", f"{self.env_name('username')} is set without a password"
+            )
+        if self.tls_enabled and urlsplit(self.url).scheme == "unix":
+            raise ValueError(f"{self.env_name('tls')}: no TLS on a unix:// socket")
+        if self.tls_server_name:
+            raise ValueError(f"{self.env_name('tls_server_name')}: not supported for Redis")
+        parts = urlsplit(self.url)
+        if (parts.password or parts.username) and (self.username or self.has_secret("password")):
+            raise ValueError(
+                f"{self.env_name('url')}: holds credentials and {self.env_name('password')} "
+                f"or {self.env_name('username')} is set too; keep one"
+            )
+        return self
+
+    @property
+    def use_tls(self) -> bool:
+        return self.tls_enabled or urlsplit(self.url).scheme == "rediss"
 
     @property
     def prefix(self) -> str:

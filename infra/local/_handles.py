@@ -132,7 +132,8 @@ class RunningRedis(RunningServer):
         return f"redis://{HOST}:{self.port}"
 
     def ready(self) -> bool:
-        return tcp_greeting(self.port, b"PING\r\n", b"+PONG")
+        # a server that wants a password answers NOAUTH: up all the same
+        return tcp_greeting(self.port, b"PING\r\n", (b"+PONG", b"-NOAUTH"))
 
 
 @dataclass(frozen=True, kw_only=True)

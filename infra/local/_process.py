@@ -273,19 +273,23 @@ def http_json(url: str, timeout: float = 1.0, *, post: bytes | None = None) -> o
         return None
 
 
-def tcp_greeting(port: int, send: bytes, expect: bytes, timeout: float = 1.0) -> bool:
-    """Connect to 127.0.0.1:port, optionally send, and check the answer starts with expect."""
+def tcp_greeting(
+    port: int, send: bytes, expect: bytes | tuple[bytes, ...], timeout: float = 1.0
+) -> bool:
+    """Connect to 127.0.0.1:port, optionally send, and check the answer starts with expect
+    (one of them, when several)."""
+    wanted = (expect,) if isinstance(expect, bytes) else expect
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             if send:
                 s.sendall(send)
             data = b""
-            while len(data) < len(expect):
+            while len(data) < max(len(w) for w in wanted) and not data.startswith(wanted):
                 chunk = s.recv(256)
                 if not chunk:
                     break
                 data += chunk
-            return data.startswith(expect)
+            return data.startswith(wanted)
     except OSError:
         return False
 

@@ -16,8 +16,11 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from infra.local.kafka import SASL_PASSWORD, SASL_USER, RunningKafka
 from infra.local.servers import (
     RunningMinio,
     RunningServer,
@@ -46,6 +49,13 @@ class ServerInfo:
     endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
     process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
     credentials: tuple[str, str] | None = None  # minio: (access key id, secret access key)
+    # kafka, local mode: a SASL_PLAINTEXT listener "h:p" (PLAIN and SCRAM-SHA-256) and its
+    # (user, password)
+    sasl_endpoint: str | None = None
+    sasl_credentials: tuple[str, str] | None = None
+    # and a SASL_SSL listener (same user) with the CA file that verifies it, when present
+    sasl_ssl_endpoint: str | None = None
+    tls_ca_file: Path | None = None
 
     @property
     def endpoints(self) -> list[str]:
@@ -129,8 +139,16 @@ def _local(kind: str) -> Iterator[ServerInfo]:
     credentials = (
         (server.access_key, server.secret_key) if isinstance(server, RunningMinio) else None
     )
+    sasl: dict[str, Any] = {}
+    if isinstance(server, RunningKafka) and server.sasl_bootstrap is not None:
+        sasl = {
+            "sasl_endpoint": server.sasl_bootstrap,
+            "sasl_credentials": (SASL_USER, SASL_PASSWORD),
+            "sasl_ssl_endpoint": server.sasl_ssl_bootstrap,
+            "tls_ca_file": server.tls_ca_file,
+        }
     try:
-        yield ServerInfo(kind, "local", server.url, server.endpoint, server, credentials)
+        yield ServerInfo(kind, "local", server.url, server.endpoint, server, credentials, **sasl)
     finally:
         server.stop()
 

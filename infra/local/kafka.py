@@ -43,6 +43,7 @@ from infra.local._kafka_dist import (
 )
 from infra.local._kafka_probe import metadata
 from infra.local._process import ManagedProcess, ServerStartError, free_port
+from infra.local._tls import TestPki, make_test_pki, openssl_available
 
 __all__ = [
     "KAFKA_VERSION",
@@ -112,6 +113,38 @@ _JVM_FLAGS = (
 _FORMAT_TIMEOUT = 120.0
 
 
+# Every node also listens for SASL_PLAINTEXT (mechanisms PLAIN and SCRAM-SHA-256) on its own
+# port, and for SASL_SSL on another when the openssl CLI is there to make a certificate (CA
+# in RunningKafka.tls_ca_file), with one user: tests connect through them with and without
+# the right password (credentials of a loopback test broker, not a secret). The PLAINTEXT
+# listener stays what every other client uses.
+SASL_USER = "shoal"
+SASL_PASSWORD = "shoal-local-sasl"
+
+
+def _sasl_config(listener: str) -> dict[str, str]:
+    return {
+        f"listener.name.{listener}.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{SASL_USER}="{SASL_PASSWORD}";'
+        ),
+        f"listener.name.{listener}.scram-sha-256.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+    }
+
+
+def _tls_config(listener: str, pki: TestPki) -> dict[str, str]:
+    """A PEM key store and trust store given inline (the key is unencrypted PKCS#8)."""
+    return {
+        f"listener.name.{listener}.ssl.keystore.type": "PEM",
+        f"listener.name.{listener}.ssl.keystore.certificate.chain": pki.server_cert.read_text(),
+        f"listener.name.{listener}.ssl.keystore.key": pki.server_key.read_text(),
+        f"listener.name.{listener}.ssl.truststore.type": "PEM",
+        f"listener.name.{listener}.ssl.truststore.certificates": pki.ca.read_text(),
+    }
+
+
 def new_cluster_id() -> str:
     """A Kafka cluster id: a random Uuid in base64url without padding (22 characters)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -124,11 +157,24 @@ class RunningKafka(RunningServer):
     controller_port: int
     cluster_id: str
     cluster_size: int = 1
+    sasl_port: int | None = None  # SASL_PLAINTEXT, PLAIN: SASL_USER / SASL_PASSWORD
+    sasl_ssl_port: int | None = None  # SASL_SSL (same user), when openssl made certificates
+    tls_ca_file: Path | None = None  # the CA that signed the SASL_SSL listener's certificate
 
     @property
     def bootstrap(self) -> str:
         """host:port of the broker listener, what Kafka clients take."""
         return self.endpoint
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """host:port of the SASL_PLAINTEXT listener (user ``SASL_USER``), if any."""
+        return None if self.sasl_port is None else f"{HOST}:{self.sasl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str | None:
+        """host:port of the SASL_SSL listener (``tls_ca_file`` verifies it), if any."""
+        return None if self.sasl_ssl_port is None else f"{HOST}:{self.sasl_ssl_port}"
 
     @property
     def url(self) -> str:
@@ -184,19 +230,33 @@ def _node_config(
     node_id: int,
     port: int,
     controller_port: int,
+    sasl_port: int,
     voters: str,
     log_dir: Path,
     replication: int,
     extra: Mapping[str, str],
+    sasl_ssl: tuple[int, TestPki] | None = None,
 ) -> dict[str, str]:
+    plain = f"PLAINTEXT://{HOST}:{port}"
+    secured = [f"SASL_PLAINTEXT://{HOST}:{sasl_port}"]
+    protocols = f"{_BASE_CONFIG['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT"
+    security = _sasl_config("sasl_plaintext")
+    if sasl_ssl is not None:
+        ssl_port, pki = sasl_ssl
+        secured.append(f"SASL_SSL://{HOST}:{ssl_port}")
+        protocols += ",SASL_SSL:SASL_SSL"
+        security |= _sasl_config("sasl_ssl") | _tls_config("sasl_ssl", pki)
     config = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": ",".join([plain, f"CONTROLLER://{HOST}:{controller_port}", *secured]),
+        "advertised.listeners": ",".join([plain, *secured]),
         "log.dirs": str(log_dir),
         **_BASE_CONFIG,
+        "listener.security.protocol.map": protocols,
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        **security,
         "offsets.topic.replication.factor": str(replication),
         "transaction.state.log.replication.factor": str(replication),
         "transaction.state.log.min.isr": str(min(2, replication)),
@@ -223,6 +283,8 @@ def _format(java: Path, libs: Path, node_dir: Path, cluster_id: str) -> None:
         f"--cluster-id={cluster_id}",
         "-c",
         str(node_dir / "server.properties"),
+        # the SASL listener's SCRAM user (KRaft keeps SCRAM credentials in its metadata)
+        f"--add-scram=SCRAM-SHA-256=[name={SASL_USER},password={SASL_PASSWORD}]",
     ]
     log = node_dir / "format.log"
     try:
@@ -257,7 +319,7 @@ def _kafka_node(
     name: str,
     keep: bool,
     node_id: int,
-    ports: tuple[int, int],
+    ports: tuple[int, int, int, int],
     voters: str,
     cluster_id: str,
     cluster_size: int,
@@ -265,13 +327,18 @@ def _kafka_node(
     config: Mapping[str, str],
     jvm_args: Sequence[str],
 ) -> RunningKafka:
-    port, controller_port = ports
+    port, controller_port, sasl_port, ssl_port = ports
+    # A SASL_SSL listener too when openssl can make its certificate (kept across restarts)
+    pki = make_test_pki(node_dir / "tls") if openssl_available() else None
+    sasl_ssl = None if pki is None else (ssl_port, pki)
     (node_dir / "server.properties").write_text(
         _properties(
             _node_config(
                 node_id=node_id,
                 port=port,
                 controller_port=controller_port,
+                sasl_port=sasl_port,
+                sasl_ssl=sasl_ssl,
                 voters=voters,
                 log_dir=node_dir / "data",
                 replication=min(3, cluster_size),
@@ -303,6 +370,9 @@ def _kafka_node(
         controller_port=controller_port,
         cluster_id=cluster_id,
         cluster_size=cluster_size,
+        sasl_port=sasl_port,
+        sasl_ssl_port=None if pki is None else ssl_port,
+        tls_ca_file=None if pki is None else pki.ca,
     )
 
 
@@ -412,8 +482,8 @@ def _start_nodes(
     def build() -> list[RunningKafka]:
         reset()
         cluster_id = _existing_cluster_id(dirs) or new_cluster_id()
-        ports = [(free_port(), free_port()) for _ in range(n)]
-        voters = ",".join(f"{i}@{HOST}:{c}" for i, (_, c) in enumerate(ports, start=1))
+        ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i}@{HOST}:{p[1]}" for i, p in enumerate(ports, start=1))
         nodes = []
         for i, (node_dir, node_ports) in enumerate(zip(dirs, ports, strict=True), start=1):
             node_dir.mkdir(parents=True, exist_ok=True)

@@ -325,14 +325,16 @@ def _etcd_node(
     initial_cluster: str,
     token: str,
     extra: Sequence[str],
+    extra_client_urls: Sequence[str] = (),
 ) -> RunningEtcd:
     port, peer = ports
     client_url, peer_url = f"http://{HOST}:{port}", f"http://{HOST}:{peer}"
+    listen = ",".join((client_url, *extra_client_urls))
     argv = [
         str(binary),
         f"--name={name}",
         f"--data-dir={node_dir / 'data'}",
-        f"--listen-client-urls={client_url}",
+        f"--listen-client-urls={listen}",
         f"--advertise-client-urls={client_url}",
         f"--listen-peer-urls={peer_url}",
         f"--initial-advertise-peer-urls={peer_url}",
@@ -356,8 +358,11 @@ def start_etcd(
     name: str = "shoal-etcd",
     timeout: float = 30.0,
     extra_args: Sequence[str] = (),
+    extra_client_urls: Sequence[str] = (),
 ) -> RunningEtcd:
-    """One etcd member; ready when GET /health says {"health": "true"}."""
+    """One etcd member; ready when GET /health says {"health": "true"} (on its plain http
+    client URL). ``extra_client_urls``: more client listeners, e.g. ``https://127.0.0.1:P``
+    with ``--cert-file``/``--key-file`` in ``extra_args``."""
     binary = etcd_binary()
     root, keep = own_dir(data_dir, "shoal-etcd-", keep)
 
@@ -376,6 +381,7 @@ def start_etcd(
                 initial_cluster=f"{name}=http://{HOST}:{peer}",
                 token=uuid.uuid4().hex,
                 extra=extra_args,
+                extra_client_urls=extra_client_urls,
             )
         ]
 

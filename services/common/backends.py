@@ -8,6 +8,7 @@ what it uses with an ``AsyncExitStack``, so only the selected backend ever conne
 from __future__ import annotations
 
 from dependency_injector import containers, providers
+from pydantic_settings import BaseSettings
 
 from adapters.etcd import (
     EtcdAssignmentStore,
@@ -45,6 +46,7 @@ from adapters.redis import (
     RedisProjectRegistry,
     RedisSettings,
 )
+from services.common.settings import load_settings
 
 
 class Backends(containers.DeclarativeContainer):
@@ -110,3 +112,19 @@ class Backends(containers.DeclarativeContainer):
         nats=providers.Factory(NatsIdempotencyStore, nats_settings),
         kafka=providers.Factory(KafkaIdempotencyStore, kafka_settings),
     )
+
+
+BACKEND_SETTINGS: dict[str, type[BaseSettings]] = {
+    "etcd": EtcdSettings,
+    "redis": RedisSettings,
+    "kafka": KafkaSettings,
+    "nats": NatsSettings,
+}
+
+
+def check_backend_settings(coordination: str, transport: str) -> None:
+    """Read the chosen backends' settings once, before anything connects: a bad value (a
+    half-configured credential, a TLS file that is not there) exits with status 2 and
+    ``error: SHOAL_X_Y: ...`` instead of a traceback from inside the container."""
+    for name in dict.fromkeys((coordination, transport)):
+        load_settings(BACKEND_SETTINGS[name])

@@ -13,6 +13,7 @@ from dependency_injector import containers, providers
 from pydantic_settings import BaseSettings
 
 from core.errors import ShoalError
+from services.common.backends import check_backend_settings
 from services.common.logs import configure_logging
 from services.common.settings import ShoalSettings, load_settings
 
@@ -61,6 +62,7 @@ def boot(
     shoal = load_settings(ShoalSettings)
     container.shoal.override(shoal)
     role.override(load_settings(role_settings))
+    check_backend_settings(shoal.coordination, shoal.transport)
     container.config.from_dict(  # type: ignore[attr-defined]
         {
             "coordination": shoal.coordination,
@@ -75,7 +77,7 @@ def boot(
         anyio.run(serve, container)
     except BaseException as raised:
         exc = sole_error(raised)
-        if isinstance(exc, ShoalError | ConnectionError | TimeoutError):
+        if isinstance(exc, ShoalError | ConnectionError | PermissionError | TimeoutError):
             log.error("cannot run: %s", exc)  # a backend refused or is missing: one line
             raise SystemExit(1) from None
         raise

@@ -201,5 +201,9 @@ def load_settings(cls: type[SettingsT]) -> SettingsT:
         for error in exc.errors():
             name = prefix + "_".join(str(part) for part in error["loc"]).upper()
             message = str(error["msg"]).removeprefix("Value error, ")
+            if not error["loc"] and prefix and message.startswith(prefix):
+                # a check across settings: its message starts with the variable at fault
+                print(f"error: {message}", file=sys.stderr)
+                continue
             print(f"error: {name}: {message}", file=sys.stderr)
         raise SystemExit(2) from None

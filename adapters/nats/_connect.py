@@ -1,0 +1,135 @@
+"""Connecting to NATS with the configured credentials and TLS (the transport and the
+dead-letter queue both connect here).
+
+nats-py retries a refused login like an unreachable server when reconnecting is allowed,
+so a wrong password would look like a timeout. ``connect`` stops at the first
+authorization error (or server certificate that does not verify) instead and raises
+``PermissionError`` naming the server and the user (never the secret)."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import nats.errors
+from nats.aio.client import Client
+
+from adapters._credentials import redact_url, ssl_context
+from adapters.nats._settings import NatsSettings
+
+__all__ = ["connect", "connect_options", "describe"]
+
+log = logging.getLogger("shoal.adapters.nats")
+
+_REFUSED = ("authorization violation", "authentication", "user authentication")
+
+
+def connect_options(s: NatsSettings) -> dict[str, Any]:
+    """nats-py's ``connect`` keywords for the credentials and TLS of ``s``."""
+    options: dict[str, Any] = {}
+    if s.user:
+        options["user"] = s.user
+        options["password"] = s.secret_reader("password")  # read again at each (re)connect
+    elif s.has_secret("token"):
+        options["token"] = s.secret_reader("token")
+    elif s.nkey_seed_file is not None:
+        options["nkeys_seed"] = str(s.nkey_seed_file)
+    elif s.creds_file is not None:
+        options["user_credentials"] = str(s.creds_file)
+    if s.tls_wanted:
+        options["tls"] = s.ssl_context()
+        if options["tls"] is None:  # tls:// URLs alone: the system's CAs
+            options["tls"] = ssl_context()
+        if s.tls_server_name:
+            options["tls_hostname"] = s.tls_server_name
+    return options
+
+
+def describe(s: NatsSettings) -> str:
+    """Where and as whom, for log lines: no secret."""
+    servers = ",".join(redact_url(u) for u in s.servers)
+    who = (
+        f"user {s.user}"
+        if s.user
+        else "a token"
+        if s.has_secret("token")
+        else "an nkey"
+        if s.nkey_seed_file or s.creds_file
+        else "no credentials"
+    )
+    return f"{servers} ({'TLS' if s.tls_wanted else 'plaintext'}, {who})"
+
+
+def _final(exc: BaseException, s: NatsSettings) -> str | None:
+    """Why retrying cannot help (a refused login, a certificate that does not verify), or
+    None for an error worth retrying (no server yet, a dropped connection)."""
+    if isinstance(exc, nats.errors.AuthorizationError) or (
+        isinstance(exc, nats.errors.Error) and any(r in str(exc).lower() for r in _REFUSED)
+    ):
+        return f"NATS at {describe(s)} refused the login: {exc}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"NATS at {describe(s)}: the TLS handshake failed: {exc}"
+    return None
+
+
+async def connect(
+    s: NatsSettings,
+    *,
+    name: str,
+    error_cb: Callable[[Exception], Awaitable[None]],
+    **options: Any,
+) -> Client:
+    """A connected client (bounded by ``s.connect_timeout``, ``TimeoutError`` past it,
+    naming the last error seen); ``PermissionError`` at once when the server refuses the
+    credentials or its certificate does not verify."""
+    client = Client()
+    last: list[BaseException] = []
+    connecting = True
+
+    async def on_error(exc: Exception) -> None:
+        if connecting:
+            last[:] = [exc]
+            if _final(exc, s) is not None:
+                # nats-py would retry the same thing until the timeout; it reads this
+                # option right after calling us and then raises ``exc`` (nats-py 2.x)
+                client.options["allow_reconnect"] = False
+                return
+        await error_cb(exc)
+
+    try:
+        with anyio.fail_after(s.connect_timeout):
+            await client.connect(
+                servers=s.servers,
+                name=name,
+                connect_timeout=max(1, round(s.connect_timeout)),
+                error_cb=on_error,
+                **connect_options(s),
+                **options,
+            )
+    except TimeoutError:
+        await _abandon(client)
+        seen = f" (last error: {last[0]!r})" if last else ""
+        raise TimeoutError(
+            f"no NATS server answered at {describe(s)} within {s.connect_timeout} s{seen}"
+        ) from None
+    except BaseException as exc:
+        await _abandon(client)
+        why = _final(exc, s)
+        if why is not None:
+            raise PermissionError(why) from None
+        raise
+    finally:
+        connecting = False
+    log.debug("NATS connected to %s", describe(s))
+    return client
+
+
+async def _abandon(client: Client) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+        try:
+            await client.close()
+        except Exception as exc:  # a half-open client: nothing more to do
+            log.debug("closing a failed NATS connection: %r", exc)
