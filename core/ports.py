@@ -437,7 +437,7 @@ class ApiKeyStore(Protocol):
 
     async def keys(self) -> Mapping[str, ApiKey]:
         """Every key, revoked ones too, by key id. Cheap enough to ask on every request;
-        a change made by another process shows within ``recheck`` seconds (the adapter's).
+        a change made by another process shows from the next call.
         Raises ``OSError`` (or ``ValueError`` for a malformed store) when the store cannot
         be read at all; after one good read, a bad one keeps the last good keys."""
         ...
