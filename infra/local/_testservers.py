@@ -8,6 +8,7 @@ answers within 3 s, else `local` (infra.local.servers, binaries from infra/local
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import shutil
@@ -132,7 +133,7 @@ def _local(kind: str) -> Iterator[ServerInfo]:
         "nats": start_nats,
         "etcd": start_etcd,
         "redis": start_redis,
-        "kafka": start_kafka,
+        "kafka": functools.partial(start_kafka, secured=True),  # + SASL listeners
         "minio": start_minio,
     }
     server: RunningServer = starters[kind]()

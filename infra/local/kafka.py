@@ -113,11 +113,13 @@ _JVM_FLAGS = (
 _FORMAT_TIMEOUT = 120.0
 
 
-# Every node also listens for SASL_PLAINTEXT (mechanisms PLAIN and SCRAM-SHA-256) on its own
-# port, and for SASL_SSL on another when the openssl CLI is there to make a certificate (CA
-# in RunningKafka.tls_ca_file), with one user: tests connect through them with and without
-# the right password (credentials of a loopback test broker, not a secret). The PLAINTEXT
-# listener stays what every other client uses.
+# A node started with secured=True (the test session's) also listens for SASL_PLAINTEXT
+# (mechanisms PLAIN and SCRAM-SHA-256) on its own port, and for SASL_SSL on another when the
+# openssl CLI is there to make a certificate (CA in RunningKafka.tls_ca_file), with one user:
+# tests connect through them with and without the right password (credentials of a loopback
+# test broker, not a secret). The PLAINTEXT listener stays what every other client uses.
+# Off by default: on this machine the extra listeners cost the PLAINTEXT clients about a
+# sixth of shoal's Kafka throughput (bench: 5,356-5,744 msg/s with them, 6,529 without).
 SASL_USER = "shoal"
 SASL_PASSWORD = "shoal-local-sasl"
 
@@ -230,7 +232,7 @@ def _node_config(
     node_id: int,
     port: int,
     controller_port: int,
-    sasl_port: int,
+    sasl_port: int | None,
     voters: str,
     log_dir: Path,
     replication: int,
@@ -238,9 +240,14 @@ def _node_config(
     sasl_ssl: tuple[int, TestPki] | None = None,
 ) -> dict[str, str]:
     plain = f"PLAINTEXT://{HOST}:{port}"
-    secured = [f"SASL_PLAINTEXT://{HOST}:{sasl_port}"]
-    protocols = f"{_BASE_CONFIG['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT"
-    security = _sasl_config("sasl_plaintext")
+    secured: list[str] = []
+    protocols = _BASE_CONFIG["listener.security.protocol.map"]
+    security: dict[str, str] = {}
+    if sasl_port is not None:
+        secured.append(f"SASL_PLAINTEXT://{HOST}:{sasl_port}")
+        protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+        security = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"}
+        security |= _sasl_config("sasl_plaintext")
     if sasl_ssl is not None:
         ssl_port, pki = sasl_ssl
         secured.append(f"SASL_SSL://{HOST}:{ssl_port}")
@@ -255,7 +262,6 @@ def _node_config(
         "log.dirs": str(log_dir),
         **_BASE_CONFIG,
         "listener.security.protocol.map": protocols,
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
         **security,
         "offsets.topic.replication.factor": str(replication),
         "transaction.state.log.replication.factor": str(replication),
@@ -326,10 +332,11 @@ def _kafka_node(
     heap: tuple[str, str],
     config: Mapping[str, str],
     jvm_args: Sequence[str],
+    secured: bool,
 ) -> RunningKafka:
     port, controller_port, sasl_port, ssl_port = ports
     # A SASL_SSL listener too when openssl can make its certificate (kept across restarts)
-    pki = make_test_pki(node_dir / "tls") if openssl_available() else None
+    pki = make_test_pki(node_dir / "tls") if secured and openssl_available() else None
     sasl_ssl = None if pki is None else (ssl_port, pki)
     (node_dir / "server.properties").write_text(
         _properties(
@@ -337,7 +344,7 @@ def _kafka_node(
                 node_id=node_id,
                 port=port,
                 controller_port=controller_port,
-                sasl_port=sasl_port,
+                sasl_port=sasl_port if secured else None,
                 sasl_ssl=sasl_ssl,
                 voters=voters,
                 log_dir=node_dir / "data",
@@ -370,7 +377,7 @@ def _kafka_node(
         controller_port=controller_port,
         cluster_id=cluster_id,
         cluster_size=cluster_size,
-        sasl_port=sasl_port,
+        sasl_port=sasl_port if secured else None,
         sasl_ssl_port=None if pki is None else ssl_port,
         tls_ca_file=None if pki is None else pki.ca,
     )
@@ -409,9 +416,12 @@ def start_kafka(
     heap: tuple[str, str] = ("256m", "512m"),
     config: Mapping[str, str] | None = None,
     jvm_args: Sequence[str] = (),
+    secured: bool = False,
 ) -> RunningKafka:
     """One Kafka node (broker + controller) on 127.0.0.1, free ports, a temporary data dir
-    unless given. ``config`` adds or overrides server.properties entries."""
+    unless given. ``config`` adds or overrides server.properties entries. ``secured`` adds
+    the SASL_PLAINTEXT and SASL_SSL listeners the credential tests use (they cost the
+    PLAINTEXT clients throughput: off unless asked for)."""
     find_java()  # missing java or jars: fail before making a directory
     kafka_libs()
     root, keep = own_dir(data_dir, "shoal-kafka-", keep)
@@ -425,6 +435,7 @@ def start_kafka(
         heap=heap,
         config=config or {},
         jvm_args=jvm_args,
+        secured=secured,
     )
     return nodes[0]
 
@@ -473,6 +484,7 @@ def _start_nodes(
     config: Mapping[str, str],
     jvm_args: Sequence[str],
     nested: bool = False,
+    secured: bool = False,
 ) -> list[RunningKafka]:
     java = find_java()
     libs = kafka_libs()
@@ -502,6 +514,7 @@ def _start_nodes(
                     heap=heap,
                     config=config,
                     jvm_args=jvm_args,
+                    secured=secured,
                 )
             )
         with ThreadPoolExecutor(max_workers=n) as pool:  # one JVM per format: in parallel
