@@ -77,7 +77,7 @@ _BASE_CONFIG = {
     "log.cleaner.dedupe.buffer.size": "16777216",
     "num.network.threads": "2",
     "num.io.threads": "4",
-    "num.recovery.threads.per.data.dir": "1",
+    "num.recovery.threads.per.data.dir": "2",
 }
 
 # A log4j2 properties file (Kafka 4 logs through log4j2; properties need no YAML jar).

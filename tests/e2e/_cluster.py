@@ -28,6 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +36,7 @@ from typing import Any, Literal, Self
 
 import anyio
 import httpx
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, unused-ignore]
 
 from adapters.s3 import S3Settings
 from infra.local.servers import free_port
@@ -576,3 +578,22 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def delete_cluster_topics(bootstrap: str, suffix: str) -> None:
+    """Delete every Kafka topic whose name carries a cluster's suffix (its data, dead-letter,
+    registration, coordination and idempotency topics)."""
+
+    async def delete() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            names = [t for t in await admin.list_topics() if suffix in t]
+            if names:
+                await admin.delete_topics(names)
+        finally:
+            await admin.close()
+
+    # A fixture's teardown runs beside the test runner's event loop: a thread of its own.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(anyio.run, delete).result(timeout=60.0)

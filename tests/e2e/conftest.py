@@ -10,7 +10,7 @@ import pytest
 from infra.local._handles import RunningNats
 from infra.local._testservers import ServerInfo
 from tests.contract._s3 import fresh_bucket, s3_env, settings_for
-from tests.e2e._cluster import ACK_WAIT, Cluster
+from tests.e2e._cluster import ACK_WAIT, Cluster, delete_cluster_topics
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
@@ -110,11 +110,19 @@ def make_cluster(
             s3=s3,
         )
         clusters.append(cluster)
+        if "kafka" in (coordination, transport):
+            kafka: ServerInfo = request.getfixturevalue("kafka_server")
+            kafka_of[cluster.suffix] = kafka.endpoint
         return cluster
 
+    kafka_of: dict[str, str] = {}
     yield make
     for cluster in clusters:
         cluster.stop()
+        if endpoint := kafka_of.get(cluster.suffix):
+            # The session's broker outlives the test; one that kept every test's topics
+            # would take minutes to recover its logs when the fault suite restarts it.
+            delete_cluster_topics(endpoint, cluster.suffix)
         if _failed(request.node):
             print(f"\n===== logs of cluster {cluster.group} ({cluster.work_dir}) =====")
             print(cluster.dump_logs())

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -66,6 +67,7 @@ LEADERS = ("leader-a", "leader-b")
 LOAD = LoadPlan(messages=None, projects=500, batch=10, concurrency=8, rate=800.0)
 PAUSE = LEASE_TTL + 3.0  # SIGSTOP past the lease
 SHORT_PAUSE = LEASE_TTL / 2 - 1.0  # SIGSTOP well under half the lease: no rebalance
+SERVER_RESTART_BOUND = 120.0
 RECOVERY_BOUND = LEASE_TTL + 20.0  # a dead handler's partitions land again within this
 FAILOVER_BOUND = LEASE_TTL + 2.0  # a new leader is in office within this of the old one's end
 ZONE_POLL = 0.5
@@ -620,7 +622,9 @@ class FaultRun:
             return row
         killed_at = time.time()
         await anyio.to_thread.run_sync(server.kill)
-        await anyio.to_thread.run_sync(server.restart)
+        # Kafka recovers every partition's log after a SIGKILL before it serves: longer
+        # than the 30 s a fresh start gets.
+        await anyio.to_thread.run_sync(partial(server.restart, timeout=SERVER_RESTART_BOUND))
         row.notes["down_s"] = round(time.time() - killed_at, 1)
         row.recovery_s = await self.landing_again(active, killed_at, RECOVERY_BOUND + 30.0)
         if row.recovery_s is None:
