@@ -206,6 +206,18 @@ def up(
     partitions: Annotated[
         int, typer.Option(min=1, max=100_000, help="partitions of the stream")
     ] = 128,
+    gateway_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="the gateway's port (taken: any free one)")
+    ] = 8080,
+    dashboard_port: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="the first leader's status API and dashboard (taken: any free one); the "
+            "second leader's is the next port",
+        ),
+    ] = 8090,
     nats_sync: Annotated[
         NatsSync,
         typer.Option(
@@ -227,6 +239,8 @@ def up(
         data_dir=data_dir,
         simulator=simulator,
         partitions=partitions,
+        gateway_port=gateway_port,
+        dashboard_port=dashboard_port,
         coordination=coordination.value,
         transport=transport.value,
         nats_sync_always=nats_sync is NatsSync.ALWAYS,
