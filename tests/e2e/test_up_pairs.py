@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import anyio
@@ -83,13 +83,14 @@ def start_up(tmp_path: Path) -> Iterator[Start]:
     test left running (a failed assertion) is stopped, and whatever it runs."""
     running: list[subprocess.Popen[str]] = []
 
-    def start(*args: str) -> subprocess.Popen[str]:
+    def start(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
         with (tmp_path / "up.err").open("w") as errors:
             process = subprocess.Popen(
                 [sys.executable, "-m", "services.cli.main", "up", *args],
                 env={
                     **{k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")},
                     "SHOAL_STATE_DIR": str(tmp_path / "state"),
+                    **(env or {}),
                 },
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
@@ -164,3 +165,41 @@ def test_shoal_up_runs_and_stops_on_the_pair(
     assert code == 0, (tmp_path / "up.err").read_text()[-3000:]
     assert took <= STOP_BOUND
     assert not left, f"processes left behind: {left}"
+
+
+def _running_under(directory: Path) -> set[int]:
+    """The processes whose command line names ``directory`` (a server's data dir, say)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(directory) in (entry / "cmdline").read_text():
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return alive(found)
+
+
+def test_a_pair_whose_server_does_not_start_ends_with_one_error_line(
+    start_up: Start, tmp_path: Path
+) -> None:
+    """etcd starts, then the transport's nats-server exits at once: one `error:` line says
+    which and why, and etcd is stopped again."""
+    fake = tmp_path / "nats-server"
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "nats-server: v2.11.0"; exit 0; }\n'
+        'echo "cannot listen" >&2\nexit 1\n'
+    )
+    fake.chmod(0o755)
+    process = start_up(
+        "--coordination", "etcd", "--transport", "nats", env={"SHOAL_NATS_SERVER": str(fake)}
+    )
+    assert process.wait(timeout=60) != 0
+    errors = (tmp_path / "up.err").read_text().strip().splitlines()
+    assert errors[-1].startswith("error: nats (the transport) did not start: "), errors
+    assert list(tmp_path.glob("var/up/*/_run/etcd/etcd.log")), "etcd was not started first"
+    assert not _running_under(tmp_path), "a server outlived shoal up"
+
+
+def test_an_unknown_backend_is_a_usage_error(start_up: Start) -> None:
+    process = start_up("--coordination", "zookeeper")
+    assert process.wait(timeout=30) == 2
