@@ -59,12 +59,7 @@ from services.common.landing_zone import is_object_store, landing_log_at
 from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS
 from services.common.table import LandingTable
 
-__all__ = ["COORDINATIONS", "TRANSPORTS", "UpOptions", "run_up", "servers_for"]
-
-# What `shoal up` can run. A backend is named after the server it runs on, and NATS
-# coordination (JetStream KV) shares the transport's variables (SHOAL_NATS_*).
-COORDINATIONS = ("nats", "etcd", "redis", "kafka")
-TRANSPORTS = ("nats", "kafka")
+__all__ = ["SERVER_KINDS", "UpOptions", "run_up", "servers_for"]
 
 STOP_BOUND = 15.0  # everything is gone this long after Ctrl-C
 _CHILD_TERM_BOUND = 11.0  # a child's launcher SIGKILLs it this long after SIGTERM
@@ -175,12 +170,15 @@ class _Kind:
     start: Callable[[ServerGroup, Path, UpOptions], Awaitable[_Started]]
 
 
+# A backend is named after the server it runs on; NATS coordination (JetStream KV) reads the
+# transport's variables (SHOAL_NATS_*), so both roles share one nats-server.
 _KINDS = {
     "nats": _Kind(nats_binary, _nats),
     "etcd": _Kind(etcd_binary, _etcd),
     "redis": _Kind(redis_binary, _redis),
     "kafka": _Kind(_kafka_installed, _kafka),
 }
+SERVER_KINDS = tuple(_KINDS)
 
 
 def servers_for(coordination: str, transport: str) -> tuple[str, ...]:
@@ -218,17 +216,17 @@ async def _install(kinds: Sequence[str], console: Console) -> None:
 
 
 def _check_pair(coordination: str, transport: str) -> None:
-    """Refuse, before anything starts, a pair the services would reject at start-up."""
-    if coordination not in COORDINATION_BACKENDS:
-        raise RuntimeError(
-            f"coordination {coordination!r} is not supported by the services yet "
-            f"(SHOAL_COORDINATION accepts {', '.join(COORDINATION_BACKENDS)})"
-        )
-    if transport not in TRANSPORT_BACKENDS:
-        raise RuntimeError(
-            f"transport {transport!r} is not supported by the services yet "
-            f"(SHOAL_TRANSPORT accepts {', '.join(TRANSPORT_BACKENDS)})"
-        )
+    """Refuse, before anything starts, a pair the services would reject at start-up (the
+    CLI offers nats coordination before the services accept it)."""
+    for role, name, accepted in (
+        ("coordination", coordination, COORDINATION_BACKENDS),
+        ("transport", transport, TRANSPORT_BACKENDS),
+    ):
+        if name not in accepted:
+            raise RuntimeError(
+                f"{role} {name!r} is not supported by the services yet "
+                f"(SHOAL_{role.upper()} accepts {', '.join(accepted)})"
+            )
 
 
 async def _start_servers(stack: _Stack, servers: ServerGroup) -> dict[str, str]:

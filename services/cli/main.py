@@ -31,8 +31,8 @@ class NatsSync(StrEnum):
     RELAXED = "relaxed"
 
 
-# `shoal up`'s backend choices (services.cli._up.COORDINATIONS and TRANSPORTS; spelled
-# out here so that --help needs no import of the stack's modules).
+# `shoal up`'s backend choices, each the kind of server it runs on (services.cli._up's
+# SERVER_KINDS; spelled out here so that --help needs no import of the stack's modules).
 class Coordination(StrEnum):
     NATS = "nats"
     ETCD = "etcd"

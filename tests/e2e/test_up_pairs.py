@@ -48,6 +48,15 @@ Start = Callable[..., "subprocess.Popen[str]"]
 _LINE = re.compile(r"(backends|gateway|api key|dashboard|data): (.+)\n")
 
 
+def _env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Ours without the session's SHOAL_* settings; the stack's state file in ``tmp_path``."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")},
+        "SHOAL_STATE_DIR": str(tmp_path / "state"),
+        **(extra or {}),
+    }
+
+
 def _read_lines(process: subprocess.Popen[str], errors: Path) -> dict[str, str]:
     """The lines `shoal up` prints once its stack is ready (it prints them all at once)."""
     assert process.stdout is not None
@@ -87,11 +96,7 @@ def start_up(tmp_path: Path) -> Iterator[Start]:
         with (tmp_path / "up.err").open("w") as errors:
             process = subprocess.Popen(
                 [sys.executable, "-m", "services.cli.main", "up", *args],
-                env={
-                    **{k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")},
-                    "SHOAL_STATE_DIR": str(tmp_path / "state"),
-                    **(env or {}),
-                },
+                env=_env(tmp_path, env),
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
                 stderr=errors,
@@ -159,6 +164,16 @@ def test_shoal_up_runs_and_stops_on_the_pair(
         )
         time.sleep(0.5)  # the handlers are other processes: the zone is polled
     assert max(landed.values()) == 1, "a message landed twice"
+    # `shoal dlq` finds the pair's broker through the state file.
+    dlq = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "dlq", "list", "--json"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (dlq.returncode, dlq.stdout) == (0, ""), dlq.stderr
 
     code, took, left = _stop(process, family)
     print(f"\nUP {coordination}+{transport}: stopped in {took:.1f} s, exit {code}, left {left}")
