@@ -202,10 +202,13 @@ async def _install(kinds: Sequence[str], console: Console) -> None:
             missing.append(kind)
     if not missing:
         return
-    with console.status(f"installing {' '.join(missing)} (infra/local/install.sh) ..."):
-        done = await anyio.run_process(
-            ["bash", str(_INSTALL_SH), *missing], check=False, stderr=subprocess.STDOUT
-        )
+    try:
+        with console.status(f"installing {' '.join(missing)} (infra/local/install.sh) ..."):
+            done = await anyio.run_process(
+                ["bash", str(_INSTALL_SH), *missing], check=False, stderr=subprocess.STDOUT
+            )
+    except OSError as exc:  # no bash, or the script is not there
+        raise RuntimeError(f"cannot install {' '.join(missing)}: {exc}") from exc
     output = done.stdout.decode(errors="replace").strip().splitlines()
     if done.returncode != 0:
         errors = [line for line in output if "ERROR" in line] or output[-1:]
