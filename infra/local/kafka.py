@@ -50,6 +50,7 @@ __all__ = [
     "KafkaCluster",
     "RunningKafka",
     "fetch_kafka",
+    "find_java",
     "kafka_libs",
     "new_cluster_id",
     "start_kafka",

@@ -274,10 +274,23 @@ def _scaling_line(document: Mapping[str, Any]) -> str | None:
     return f"last scaling decision: {last.get('reason') or last.get('rule') or last}"
 
 
+def _backends_line(document: Mapping[str, Any]) -> str | None:
+    backends = document.get("backends")
+    if not isinstance(backends, Mapping) or not backends.get("coordination"):
+        return None  # a leader from before the document named its backends
+    return (
+        f"backends: coordination={backends['coordination']} "
+        f"transport={backends.get('transport', '?')}"
+    )
+
+
 def print_status(console: Console, document: Mapping[str, Any], url: str) -> None:
     members = [m for m in document.get("members") or [] if isinstance(m, Mapping)]
     partitions = [p for p in document.get("partitions") or [] if isinstance(p, Mapping)]
     console.print(_leader_line(document, url), soft_wrap=True)
+    backends = _backends_line(document)
+    if backends:
+        console.print(backends, markup=False, soft_wrap=True)
     console.print(_totals(document), markup=False, soft_wrap=True)
     scaling = _scaling_line(document)
     if scaling:

@@ -1,11 +1,14 @@
 """``shoal up``: the whole pipeline on this machine, on real servers, with a device simulator.
 
-It starts nats-server and etcd (installed by the project: ``infra/local``), two leader
-replicas whose local scaler runs the handlers (the active leader keeps the pool at
+It starts the servers the chosen backend pair needs (``--coordination`` nats, etcd, redis
+or kafka; ``--transport`` nats or kafka; by default NATS for both, so one nats-server), first
+installing those that are missing as bin/test does (``infra/local/install.sh``), then two
+leader replicas whose local scaler runs the handlers (the active leader keeps the pool at
 ``--handlers`` and may grow it under load), one gateway, and the device simulator. It
-prints ``gateway: URL``, ``api key: KEY`` (an admin key; its simulator uses it),
-``dashboard: URL`` and ``data: DIR``, then a progress line every
-few seconds, and on Ctrl-C or SIGTERM stops everything it started within 15 s.
+prints ``backends: coordination=C transport=T``, ``gateway: URL``, ``api key: KEY`` (an
+admin key; its simulator uses it), ``dashboard: URL`` and ``data: DIR``, then a progress
+line every few seconds, and on Ctrl-C or SIGTERM stops everything it started within 15 s.
+A pair that cannot start ends with one ``error: ...`` line saying why.
 
 Every child runs in its own process group behind the local scaler's launcher, so none of
 them outlives ``shoal up`` even if it is killed with SIGKILL.
@@ -21,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +39,27 @@ from rich.console import Console
 from adapters.keys import ApiKeyFile
 from adapters.local import launch_argv
 from adapters.s3 import S3Location, S3Settings, s3_client
-from infra.local.servers import ServerGroup, free_port, start_etcd, start_minio, start_nats
+from infra.local.kafka import find_java, kafka_libs
+from infra.local.servers import (
+    ServerGroup,
+    etcd_binary,
+    free_port,
+    nats_binary,
+    redis_binary,
+    start_etcd,
+    start_kafka,
+    start_minio,
+    start_nats,
+    start_redis,
+)
 from services.cli._keys import new_admin_key
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
 from services.common.landing_zone import is_object_store, landing_log_at
+from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS
 from services.common.table import LandingTable
 
-__all__ = ["UpOptions", "run_up"]
+__all__ = ["SERVER_KINDS", "UpOptions", "run_up", "servers_for"]
 
 STOP_BOUND = 15.0  # everything is gone this long after Ctrl-C
 _CHILD_TERM_BOUND = 11.0  # a child's launcher SIGKILLs it this long after SIGTERM
@@ -58,6 +74,8 @@ class UpOptions:
     data_dir: str | None = None  # a directory or s3://bucket/prefix
     simulator: bool = True
     partitions: int = 128
+    coordination: str = "nats"
+    transport: str = "nats"
     gateway_port: int = 8080
     dashboard_port: int = 8090
     # True: nats-server fsyncs every write (survives a power loss on one server); False:
@@ -95,6 +113,148 @@ def _port(preferred: int) -> int:
         except OSError:
             return free_port()
     return preferred
+
+
+# --- the servers of a backend pair ---------------------------------------------------------
+
+# The coordination state (assignment, registrations, holds) must survive a restart of
+# redis-server: an append-only file, fsynced on every write.
+_REDIS_DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
+_INSTALL_SH = Path(__file__).resolve().parents[2] / "infra" / "local" / "install.sh"
+
+
+@dataclass(frozen=True)
+class _Started:
+    address: str  # shown in the state file (`servers`)
+    env: dict[str, str]  # the SHOAL_* settings that point a backend at it
+
+
+async def _nats(servers: ServerGroup, data: Path, options: UpOptions) -> _Started:
+    nats = await servers.astart(start_nats, data, keep=True, sync_always=options.nats_sync_always)
+    return _Started(
+        nats.url,
+        {
+            "SHOAL_NATS_URL": nats.url,
+            "SHOAL_NATS_MONITOR_URL": nats.monitor_url,
+            "SHOAL_NATS_REQUIRE_SYNC_ALWAYS": str(options.nats_sync_always).lower(),
+        },
+    )
+
+
+async def _etcd(servers: ServerGroup, data: Path, options: UpOptions) -> _Started:
+    etcd = await servers.astart(start_etcd, data, keep=True)
+    return _Started(etcd.endpoint, {"SHOAL_ETCD_ENDPOINTS": etcd.endpoint})
+
+
+async def _redis(servers: ServerGroup, data: Path, options: UpOptions) -> _Started:
+    redis = await servers.astart(start_redis, data, keep=True, extra_args=_REDIS_DURABLE)
+    return _Started(redis.url, {"SHOAL_REDIS_URL": redis.url})
+
+
+async def _kafka(servers: ServerGroup, data: Path, options: UpOptions) -> _Started:
+    kafka = await servers.astart(start_kafka, data, keep=True)
+    return _Started(kafka.bootstrap, {"SHOAL_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap})
+
+
+def _kafka_installed() -> None:
+    find_java()
+    kafka_libs()
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of server: how to tell it is installed (raises FileNotFoundError when not;
+    install.sh installs it under the same name) and how to start it."""
+
+    check: Callable[[], object]
+    start: Callable[[ServerGroup, Path, UpOptions], Awaitable[_Started]]
+
+
+# A backend is named after the server it runs on; NATS coordination (JetStream KV) reads the
+# transport's variables (SHOAL_NATS_*), so both roles share one nats-server.
+_KINDS = {
+    "nats": _Kind(nats_binary, _nats),
+    "etcd": _Kind(etcd_binary, _etcd),
+    "redis": _Kind(redis_binary, _redis),
+    "kafka": _Kind(_kafka_installed, _kafka),
+}
+SERVER_KINDS = tuple(_KINDS)
+
+
+def servers_for(coordination: str, transport: str) -> tuple[str, ...]:
+    """The servers a pair runs on, each once (kafka+kafka: one broker for both roles)."""
+    return tuple(dict.fromkeys((coordination, transport)))
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+async def _install(kinds: Sequence[str], console: Console) -> None:
+    """Install, as bin/test does, the servers among ``kinds`` that are not there yet (etcd
+    and redis-server from Debian, Kafka's jars from Maven Central; nats-server comes with
+    the venv), so a machine needs only what the chosen pair runs on."""
+    missing = []
+    for kind in kinds:
+        try:
+            await anyio.to_thread.run_sync(_KINDS[kind].check)
+        except FileNotFoundError:
+            missing.append(kind)
+    if not missing:
+        return
+    try:
+        with console.status(f"installing {' '.join(missing)} (infra/local/install.sh) ..."):
+            done = await anyio.run_process(
+                ["bash", str(_INSTALL_SH), *missing], check=False, stderr=subprocess.STDOUT
+            )
+    except OSError as exc:  # no bash, or the script is not there
+        raise RuntimeError(f"cannot install {' '.join(missing)}: {exc}") from exc
+    output = done.stdout.decode(errors="replace").strip().splitlines()
+    if done.returncode != 0:
+        errors = [line for line in output if "ERROR" in line] or output[-1:]
+        reason = errors[-1] if errors else f"exit status {done.returncode}"
+        raise RuntimeError(f"cannot install {' '.join(missing)}: {reason}")
+    for line in output:
+        console.print(line, markup=False, highlight=False)
+
+
+def _check_pair(coordination: str, transport: str) -> None:
+    """Refuse, before anything starts, a pair the services would reject at start-up (the
+    CLI offers nats coordination before the services accept it)."""
+    for role, name, accepted in (
+        ("coordination", coordination, COORDINATION_BACKENDS),
+        ("transport", transport, TRANSPORT_BACKENDS),
+    ):
+        if name not in accepted:
+            raise RuntimeError(
+                f"{role} {name!r} is not supported by the services yet "
+                f"(SHOAL_{role.upper()} accepts {', '.join(accepted)})"
+            )
+
+
+async def _start_servers(stack: _Stack, servers: ServerGroup) -> dict[str, str]:
+    """Start the pair's servers; the SHOAL_* settings of both roles. A server that does not
+    start ends ``shoal up`` with one line saying which and why (the group stops the others)."""
+    options = stack.options
+    roles = {"coordination": options.coordination, "transport": options.transport}
+    kinds = servers_for(options.coordination, options.transport)
+    await _install(kinds, stack.console)
+    env = {"SHOAL_COORDINATION": options.coordination, "SHOAL_TRANSPORT": options.transport}
+    for kind in kinds:
+        data = stack.run_dir / kind
+        try:
+            with stack.console.status(f"starting {kind} ..."):
+                started = await _KINDS[kind].start(servers, data, options)
+        except (OSError, RuntimeError) as exc:  # not installed, or never became ready
+            used_by = " and ".join(role for role, name in roles.items() if name == kind)
+            raise RuntimeError(
+                f"{kind} (the {used_by}) did not start: {_first_line(exc)} (log in {data})"
+            ) from exc
+        stack.servers[kind] = started.address
+        env |= started.env
+        if kind == options.transport:  # how `shoal dlq` reaches the broker
+            stack.transport_env = {"SHOAL_TRANSPORT": kind, **started.env}
+    return env
 
 
 def _run_dir(options: UpOptions) -> Path:
@@ -231,9 +391,11 @@ async def _wait_ready(client: httpx.AsyncClient, stack: _Stack) -> dict[str, Any
 
 
 async def run_up(options: UpOptions, console: Console) -> None:
+    _check_pair(options.coordination, options.transport)
     stack = _Stack(options, console)
     stack.log_dir.mkdir(parents=True, exist_ok=True)
     stop = anyio.Event()
+    failure: RuntimeError | None = None
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
 
@@ -242,21 +404,23 @@ async def run_up(options: UpOptions, console: Console) -> None:
                     stop.set()
 
             tg.start_soon(on_signal)
-            await _serve(stack, stop)
+            try:
+                await _serve(stack, stop)
+            except RuntimeError as exc:
+                failure = exc  # raised here, the task group would wrap it in a group
             tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 async def _serve(stack: _Stack, stop: anyio.Event) -> None:
     options, console = stack.options, stack.console
     async with ServerGroup(stop_timeout=3) as servers:
-        nats = await servers.astart(
-            start_nats, stack.run_dir / "nats", keep=True, sync_always=options.nats_sync_always
-        )
-        etcd = await servers.astart(start_etcd, stack.run_dir / "etcd", keep=True)
-        stack.servers = {"nats": nats.url, "etcd": etcd.endpoint}
-        stack.transport_env = {"SHOAL_TRANSPORT": "nats", "SHOAL_NATS_URL": nats.url}
+        backends = await _start_servers(stack, servers)
         if is_object_store(stack.zone):
             await _object_store(stack, servers)
+        if stop.is_set():  # Ctrl-C while the servers started (Kafka takes seconds)
+            return
         async with ApiKeyFile(stack.api_keys_file, create=True) as keys:
             stack.api_key = await new_admin_key(keys, label=f"shoal up {time.strftime('%F %T')}")
         gateway_port = _port(options.gateway_port)
@@ -265,12 +429,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
         leader_ports = [p or free_port() for p in leader_ports]
         common = {
             "SHOAL_PARTITIONS": str(options.partitions),
-            "SHOAL_COORDINATION": "etcd",
-            "SHOAL_TRANSPORT": "nats",
-            "SHOAL_NATS_URL": nats.url,
-            "SHOAL_NATS_MONITOR_URL": nats.monitor_url,
-            "SHOAL_NATS_REQUIRE_SYNC_ALWAYS": str(options.nats_sync_always).lower(),
-            "SHOAL_ETCD_ENDPOINTS": etcd.endpoint,
+            **backends,
             "SHOAL_HANDLER_DATA_DIR": str(stack.zone),
             "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",
             **stack.s3_env,
@@ -343,6 +502,11 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                 if not ready.is_set():
                     return
                 with _state_file(stack, dashboard):
+                    print(
+                        f"backends: coordination={options.coordination} "
+                        f"transport={options.transport}",
+                        flush=True,
+                    )
                     print(f"gateway: {stack.gateway_url}", flush=True)
                     print(f"api key: {stack.api_key}", flush=True)
                     print(f"dashboard: {dashboard}", flush=True)

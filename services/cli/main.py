@@ -31,6 +31,20 @@ class NatsSync(StrEnum):
     RELAXED = "relaxed"
 
 
+# `shoal up`'s backend choices, each the kind of server it runs on (services.cli._up's
+# SERVER_KINDS; spelled out here so that --help needs no import of the stack's modules).
+class Coordination(StrEnum):
+    NATS = "nats"
+    ETCD = "etcd"
+    REDIS = "redis"
+    KAFKA = "kafka"
+
+
+class Transport(StrEnum):
+    NATS = "nats"
+    KAFKA = "kafka"
+
+
 app = typer.Typer(
     name="shoal",
     help="Spread a partitioned message stream over an elastic pool of consumers.",
@@ -179,6 +193,31 @@ def up(
         ),
     ] = None,
     simulator: Annotated[bool, typer.Option(help="run the device simulator")] = True,
+    coordination: Annotated[
+        Coordination,
+        typer.Option(
+            help="where membership, election and the assignment live (the server it needs is "
+            "started, and installed first if missing)"
+        ),
+    ] = Coordination.NATS,
+    transport: Annotated[
+        Transport, typer.Option(help="the message broker between the gateway and the handlers")
+    ] = Transport.NATS,
+    partitions: Annotated[
+        int, typer.Option(min=1, max=100_000, help="partitions of the stream")
+    ] = 128,
+    gateway_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="the gateway's port (taken: any free one)")
+    ] = 8080,
+    dashboard_port: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="the first leader's status API and dashboard (taken: any free one); the "
+            "second leader's is the next port",
+        ),
+    ] = 8090,
     nats_sync: Annotated[
         NatsSync,
         typer.Option(
@@ -187,8 +226,9 @@ def up(
         ),
     ] = NatsSync.ALWAYS,
 ) -> None:
-    """Run the whole pipeline locally on real servers: nats-server and etcd, 2 leaders,
-    handlers under the local scaler, a gateway, and a device simulator."""
+    """Run the whole pipeline locally on real servers: those of the backend pair (default:
+    one nats-server for both), 2 leaders, handlers under the local scaler, a gateway, and a
+    device simulator."""
     from services.cli._up import UpOptions, run_up  # noqa: PLC0415 (see _lazy)
 
     options = UpOptions(
@@ -198,6 +238,11 @@ def up(
         handlers=handlers,
         data_dir=data_dir,
         simulator=simulator,
+        partitions=partitions,
+        gateway_port=gateway_port,
+        dashboard_port=dashboard_port,
+        coordination=coordination.value,
+        transport=transport.value,
         nats_sync_always=nats_sync is NatsSync.ALWAYS,
     )
     try:

@@ -99,6 +99,7 @@ async def serve(container: LeaderContainer) -> None:
             holds=holds,
             transport=transport,
             partitions=shoal.partitions,
+            backends={"coordination": shoal.coordination, "transport": shoal.transport},
             peers=settings.peers,
         )
         server = embedded_server(

@@ -2,13 +2,14 @@
 
 ``GET /status`` is the document behind ``shoal status --json``: ``leader``, ``members``
 and ``partitions`` (each with ``partition``, ``owner``, ``generation``, ``lag``), and
-``scaling`` (see ``StatusReader.scaling``).
+``scaling`` (see ``StatusReader.scaling``); also ``backends`` (``coordination`` and
+``transport``: what the leader runs on), shown by the dashboard and ``shoal status``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -39,9 +40,11 @@ class StatusReader:
         holds: HoldStore,
         transport: Transport,
         partitions: int,
+        backends: Mapping[str, str],
         lag_ttl: float = 2.0,
         peers: Sequence[str] = (),
     ) -> None:
+        """``backends``: ``{"coordination": ..., "transport": ...}`` as configured."""
         self._leader_loop = leader_loop
         self._election = election
         self._membership = membership
@@ -50,6 +53,7 @@ class StatusReader:
         self._holds = holds
         self._transport = transport
         self._partitions = partitions
+        self._backends = dict(backends)
         self._lag_ttl = lag_ttl
         self._peers = tuple(p.rstrip("/") for p in peers)
         self._lag: list[int | None] = [None] * partitions
@@ -130,6 +134,7 @@ class StatusReader:
                 "id": self._leader_loop.leader_id,
                 "active": self._leader_loop.leadership is not None,
             },
+            "backends": self._backends,
             "generation": generation,
             "members": [
                 {"id": m, "partitions": len(by_member.get(m, ())), **asdict(stats)}

@@ -119,6 +119,7 @@ class Stack:
                 holds=holds,
                 transport=self.transport,
                 partitions=PARTITIONS,
+                backends={"coordination": "memory", "transport": "memory"},
                 lag_ttl=0.5,
             )
             async with serve_app(create_status_app(reader, CollectorRegistry())) as url:

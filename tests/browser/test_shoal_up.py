@@ -23,6 +23,7 @@ import pytest
 
 from adapters.etcd import EtcdAssignmentStore, EtcdSettings
 from core.model import Assignment
+from tests._processes import alive, descendants
 from tests.browser.conftest import artifact
 
 if TYPE_CHECKING:
@@ -43,38 +44,6 @@ class UpStack:
     @property
     def dashboard(self) -> str:
         return self.lines["dashboard"]
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (by parent links in /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
 
 
 def _pid_of_handler(handler_id: str) -> int:
@@ -102,6 +71,8 @@ def up(tmp_path: Path) -> Iterator[UpStack]:
                 "-m",
                 "services.cli.main",
                 "up",
+                "--coordination",
+                "etcd",  # the test reads the assignment from etcd
                 "--handlers",
                 "3",
                 "--rate",
@@ -133,18 +104,18 @@ def up(tmp_path: Path) -> Iterator[UpStack]:
         )
     state = json.loads((tmp_path / "state" / "up.json").read_text())
     stack = UpStack(process, lines, state)
-    family = _descendants(process.pid)
+    family = descendants(process.pid)
     try:
         yield stack
     finally:
-        family |= _descendants(process.pid)
+        family |= descendants(process.pid)
         if process.poll() is None:
             process.send_signal(signal.SIGINT)  # what Ctrl-C sends
         started = time.monotonic()
         code = process.wait(timeout=30)
         took = time.monotonic() - started
         process.stdout.close()
-        left = _alive(family)
+        left = alive(family)
         print(f"\nBROWSER shoal up stopped in {took:.1f} s, exit {code}, processes left: {left}")
         assert code == 0
         assert took <= STOP_BOUND
@@ -182,6 +153,7 @@ async def test_dashboard_of_shoal_up_shows_three_handlers_and_follows_a_killed_o
     up: UpStack, page: Page
 ) -> None:
     await page.goto(up.dashboard)
+    await page.wait_for_selector('#backends[data-coordination="etcd"][data-transport="nats"]')
     before = await _page_matches_store(page, up.state)
     owners = {o for owners in before.owners for o in owners}
     assert len(owners) == 3 and len(before.owners) == 128

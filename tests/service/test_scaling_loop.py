@@ -141,6 +141,7 @@ class World:
                 holds=holds,
                 transport=self.transport,
                 partitions=PARTITIONS,
+                backends={"coordination": "memory", "transport": "memory"},
             )
             stop = anyio.Event()
             task_status.started(Leader(leader_id, leader_loop, reader, loop, registry, stop))

@@ -25,6 +25,7 @@ PARTITIONS = 8
 DOCUMENT: dict[str, Any] = {
     "leader": {"id": "leader-a", "term": 7},
     "served_by": {"id": "leader-b", "active": False},
+    "backends": {"coordination": "redis", "transport": "kafka"},
     "generation": 3,
     "members": [
         {
@@ -173,6 +174,7 @@ def test_tables_show_leader_term_members_and_every_partition(server: str) -> Non
     out = result.stdout
     assert "leader leader-a term 7" in out
     assert "served by leader-b (standby)" in out
+    assert "backends: coordination=redis transport=kafka" in out.splitlines()
     assert "throughput 150.5 msg/s" in out
     assert "total lag" in out
     lines = out.splitlines()

@@ -3,7 +3,8 @@
 // or a data attribute, never as HTML. Stable hooks for tests: #partition-grid (data-
 // generation, data-partitions), .cell[data-partition][data-owner][data-generation]
 // [data-lag][data-holder], #members-body tr[data-member], #rebalances li[data-generation],
-// #scaling li[data-rule], #leader-id[data-leader], #leader-term, body[data-state].
+// #scaling li[data-rule], #leader-id[data-leader], #leader-term, body[data-state],
+// #backends[data-coordination][data-transport].
 "use strict";
 
 (function () {
@@ -97,6 +98,13 @@
     const servedEl = $("served-by");
     servedEl.textContent = served.id || "–";
     servedEl.dataset.role = served.id ? (served.active ? "active" : "standby") : "";
+    const backends = doc.backends || {};
+    const backendsEl = $("backends");
+    backendsEl.textContent = backends.coordination
+      ? `${backends.coordination} coordination · ${backends.transport} transport`
+      : "–";
+    backendsEl.dataset.coordination = backends.coordination || "";
+    backendsEl.dataset.transport = backends.transport || "";
     const members = Array.isArray(doc.members) ? doc.members : [];
     const rate = members.reduce((sum, m) => sum + (isNumber(m.rate) ? m.rate : 0), 0);
     $("throughput").textContent = `${num.format(rate)} msg/s`;
