@@ -31,8 +31,8 @@ from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
-from adapters.nats._connect import connect, describe
-from adapters.nats._durability import check_server_fsync
+from adapters._nats_connect import connect, describe
+from adapters._nats_durability import check_server_fsync
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import StoreUnavailableError
 

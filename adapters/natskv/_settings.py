@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adapters.nats._settings import NatsSettings
+from adapters._nats_settings import NatsSettings
 
 __all__ = ["NatsKvSettings"]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from adapters._credentials import read_secret_file, redact_url
+from adapters._nats_connect import connect_options, describe
 from adapters.etcd import EtcdSettings
 from adapters.kafka import KafkaSettings
 from adapters.nats import NatsSettings
-from adapters.nats._connect import connect_options, describe
 from adapters.redis import RedisSettings
 from services.common.backends import check_backend_settings
 from services.common.settings import load_settings
