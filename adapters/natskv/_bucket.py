@@ -172,7 +172,8 @@ class Bucket:
         return self._kv
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]], timeout: float | None) -> T:  # noqa: ASYNC109 (bounds the call)
-        limit = self.settings.call_timeout if timeout is None else min(timeout, 1e9)
+        # a renewal passes the time its lease has left, which may be shorter
+        limit = self.settings.call_timeout if timeout is None else timeout
         try:
             with anyio.fail_after(max(0.0, limit)):
                 return await call()

@@ -16,6 +16,7 @@ import anyio
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.js.api import StorageType
 from nats.js.errors import NotFoundError
 
 from adapters.nats import NatsSettings
@@ -42,6 +43,8 @@ from tests.contract._coordination import (
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
+    until,
+    watching,
 )
 
 # The server removes a key whose TTL (whole seconds, rounded up) ran out within about a
@@ -156,3 +159,25 @@ def test_ids_escape_to_kv_keys_and_back(raw: str) -> None:
 def test_the_bucket_name_is_derived_from_the_group() -> None:
     assert NatsKvSettings(group="g-1").bucket_name == "shoal_g-1"
     assert NatsKvSettings(group="g", bucket="mine").bucket_name == "mine"
+
+
+@pytest.mark.natskv
+@pytest.mark.anyio
+async def test_the_bucket_keeps_per_key_ttls_and_expiry_markers_on_file_storage(
+    harness: NatsKvHarness,
+) -> None:
+    """Created with TTLs and markers; a bucket made before without them is switched over
+    (else TTL writes are refused and expirations invisible to the watchers)."""
+    js = harness._admin.jetstream()
+    await js.create_key_value(bucket=harness.settings.bucket_name, history=1)  # a plain one
+    with anyio.fail_after(10):
+        async with harness.membership() as membership:
+            lease = await membership.join("a", 1.0)
+            info = await js.stream_info(f"KV_{harness.settings.bucket_name}")
+            assert info.config.allow_msg_ttl
+            assert info.config.subject_delete_marker_ttl == harness.settings.marker_ttl
+            assert info.config.storage == StorageType.FILE
+            assert info.config.max_msgs_per_subject == 1
+            harness.pause_renewal(lease)
+            async with watching(membership.watch()) as updates:
+                await until(updates, lambda m: m == set(), 1.0 + EXPIRY_SLACK + 2)

@@ -170,6 +170,21 @@ def test_the_services_check_the_chosen_backends_before_connecting(
     assert "error: SHOAL_NATS_USER is set without a password" in capsys.readouterr().err
 
 
+def test_nats_coordination_checks_the_nats_connection_and_the_bucket_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SHOAL_NATS_KV_STORAGE", "tape")
+    check_backend_settings("etcd", "nats")  # NATS KV not chosen: its settings not read
+    with pytest.raises(SystemExit):
+        check_backend_settings("nats", "kafka")
+    assert "error: SHOAL_NATS_KV_STORAGE:" in capsys.readouterr().err
+    monkeypatch.delenv("SHOAL_NATS_KV_STORAGE")
+    monkeypatch.setenv("SHOAL_NATS_USER", "u")
+    with pytest.raises(SystemExit):  # the connection is the transport's: named as such
+        check_backend_settings("nats", "kafka")
+    assert "error: SHOAL_NATS_USER is set without a password" in capsys.readouterr().err
+
+
 def test_every_kafka_client_gets_the_sasl_and_tls_options(secret_file: Path) -> None:
     settings = KafkaSettings(
         security_protocol="SASL_SSL",
