@@ -282,7 +282,13 @@ class Bucket:
         return revision is not None
 
     async def snapshot(self, prefix: str) -> dict[str, Entry]:
-        """Every live key starting with ``prefix`` (ending with a dot) or equal to it."""
+        """Every live key starting with ``prefix`` (ending with a dot) or equal to it.
+
+        Read with a KV watcher (last value per key), to the entry after which the server
+        says nothing is pending. Not to nats-py's end-of-initial-values marker: it is put
+        first when the consumer info shows nothing pending and nothing received yet, which
+        also happens while the one value is in flight (a snapshot right after a write then
+        came back empty)."""
         kv = self._kv_or_fail()
         pattern = prefix + ">" if prefix.endswith(".") else prefix
 
@@ -290,12 +296,20 @@ class Bucket:
             entries: dict[str, Entry] = {}
             watcher = await kv.watch(pattern, inactive_threshold=self.settings.call_timeout)
             try:
-                wait = self.settings.call_timeout
-                while (entry := await watcher.updates(wait)) is not None:  # type: ignore[no-untyped-call]
+                sub = watcher._sub
+                assert sub is not None  # kv.watch subscribed it
+                info = await sub.consumer_info()
+                if info.num_pending == 0 and info.delivered.consumer_seq == 0:
+                    return entries  # nothing stored, nothing in flight
+                async for entry in watcher:
+                    if entry is None:  # nats-py's marker (see above): not the end
+                        continue
                     if entry.operation in ("DEL", "PURGE"):
                         entries.pop(entry.key, None)
                     else:
                         entries[entry.key] = Entry(entry.key, entry.value or b"", entry.revision)
+                    if not entry.delta:
+                        return entries
             finally:
                 await stop_watcher(watcher)
             return entries
