@@ -11,9 +11,9 @@ replays and purges them.
 """
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
+from adapters._nats_settings import NatsSettings
 from adapters.nats._dead_letter_queue import NatsDeadLetterQueue
 from adapters.nats._idempotency import NatsIdempotencyStore
-from adapters.nats._settings import NatsSettings
 from adapters.nats._subscription import NatsDelivery, NatsSubscription
 from adapters.nats._transport import NatsTransport
 

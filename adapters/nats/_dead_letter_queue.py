@@ -22,14 +22,14 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from adapters._lifecycle import Lifecycle
+from adapters._nats_connect import connect, describe
+from adapters._nats_settings import NatsSettings
 from adapters.nats._codec import (
     H_DEAD_ATTEMPTS,
     H_DEAD_REASON,
     decode,
     headers_deduplicated_as,
 )
-from adapters.nats._connect import connect, describe
-from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from core.dead_letters import DeadLetter, pick, reason_of
 from core.errors import BrokerUnavailableError, PublishError

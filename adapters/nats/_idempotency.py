@@ -24,8 +24,8 @@ from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from adapters._lifecycle import Lifecycle
-from adapters.nats._connect import connect
-from adapters.nats._settings import NatsSettings
+from adapters._nats_connect import connect
+from adapters._nats_settings import NatsSettings
 from core.errors import StoreUnavailableError
 from core.idempotency import (
     IdempotentAnswer,

@@ -18,11 +18,11 @@ from nats.js.errors import APIError, NotFoundError
 
 from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
+from adapters._nats_connect import connect, describe
+from adapters._nats_durability import check_server_fsync, check_stream
+from adapters._nats_settings import NatsSettings
 from adapters.nats._codec import encode
-from adapters.nats._connect import connect, describe
 from adapters.nats._dead_letter import DeadLetters
-from adapters.nats._durability import check_server_fsync, check_stream
-from adapters.nats._settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
 from core.errors import BrokerUnavailableError, PublishError

@@ -1,4 +1,5 @@
-"""Backend selection by configuration: ``SHOAL_COORDINATION`` and ``SHOAL_TRANSPORT``.
+"""Backend selection by configuration: ``SHOAL_COORDINATION`` (etcd, redis, kafka, nats: JetStream
+KV) and ``SHOAL_TRANSPORT`` (nats, kafka).
 
 Providers are Factories of unentered adapters (async context managers); a service enters
 what it uses with an ``AsyncExitStack``, so only the selected backend ever connects.
@@ -37,6 +38,15 @@ from adapters.nats import (
     NatsSettings,
     NatsTransport,
 )
+from adapters.natskv import (
+    NatsKvAssignmentStore,
+    NatsKvElection,
+    NatsKvHoldStore,
+    NatsKvLoadReports,
+    NatsKvMembership,
+    NatsKvProjectRegistry,
+    NatsKvSettings,
+)
 from adapters.redis import (
     RedisAssignmentStore,
     RedisElection,
@@ -58,42 +68,50 @@ class Backends(containers.DeclarativeContainer):
         KafkaSettings, group=config.group, partitions=config.partitions
     )
     nats_settings = providers.Singleton(NatsSettings)
+    # coordination on NATS KV: the transport's connection settings, a bucket per group
+    natskv_settings = providers.Singleton(NatsKvSettings, group=config.group, nats=nats_settings)
 
     membership = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdMembership, etcd_settings),
         redis=providers.Factory(RedisMembership, redis_settings),
         kafka=providers.Factory(KafkaMembership, kafka_settings, strategy=config.strategy),
+        nats=providers.Factory(NatsKvMembership, natskv_settings),
     )
     load_reports = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdLoadReports, etcd_settings),
         redis=providers.Factory(RedisLoadReports, redis_settings),
         kafka=providers.Factory(KafkaLoadReports, kafka_settings),
+        nats=providers.Factory(NatsKvLoadReports, natskv_settings),
     )
     election = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdElection, etcd_settings),
         redis=providers.Factory(RedisElection, redis_settings),
         kafka=providers.Factory(KafkaElection, kafka_settings, strategy=config.strategy),
+        nats=providers.Factory(NatsKvElection, natskv_settings),
     )
     assignment_store = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdAssignmentStore, etcd_settings),
         redis=providers.Factory(RedisAssignmentStore, redis_settings),
         kafka=providers.Factory(KafkaAssignmentStore, kafka_settings),
+        nats=providers.Factory(NatsKvAssignmentStore, natskv_settings),
     )
     hold_store = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdHoldStore, etcd_settings),
         redis=providers.Factory(RedisHoldStore, redis_settings),
         kafka=providers.Factory(KafkaHoldStore, kafka_settings),
+        nats=providers.Factory(NatsKvHoldStore, natskv_settings),
     )
     project_registry = providers.Selector(
         config.coordination,
         etcd=providers.Factory(EtcdProjectRegistry, etcd_settings),
         redis=providers.Factory(RedisProjectRegistry, redis_settings),
         kafka=providers.Factory(KafkaProjectRegistry, kafka_settings),
+        nats=providers.Factory(NatsKvProjectRegistry, natskv_settings),
     )
     transport = providers.Selector(
         config.transport,
@@ -120,6 +138,9 @@ BACKEND_SETTINGS: dict[str, type[BaseSettings]] = {
     "kafka": KafkaSettings,
     "nats": NatsSettings,
 }
+# What a coordination backend reads besides its connection settings above (read after them,
+# so a bad SHOAL_NATS_* is named as such).
+COORDINATION_SETTINGS: dict[str, type[BaseSettings]] = {"nats": NatsKvSettings}
 
 
 def check_backend_settings(coordination: str, transport: str) -> None:
@@ -128,3 +149,5 @@ def check_backend_settings(coordination: str, transport: str) -> None:
     ``error: SHOAL_X_Y: ...`` instead of a traceback from inside the container."""
     for name in dict.fromkeys((coordination, transport)):
         load_settings(BACKEND_SETTINGS[name])
+    if coordination in COORDINATION_SETTINGS:
+        load_settings(COORDINATION_SETTINGS[coordination])

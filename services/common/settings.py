@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.assignment import STRATEGIES
 from core.partitioning import DEFAULT_PARTITIONS
 
-COORDINATION_BACKENDS = ("etcd", "redis", "kafka")
+COORDINATION_BACKENDS = ("etcd", "redis", "kafka", "nats")
 TRANSPORT_BACKENDS = ("nats", "kafka")
 
 

@@ -17,8 +17,8 @@ import pytest
 from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
+from adapters._nats_durability import check_stream
 from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
-from adapters.nats._durability import check_stream
 from core.errors import DurabilityError, PublishError
 from infra.local._handles import RunningNats
 from infra.local._testservers import ServerInfo

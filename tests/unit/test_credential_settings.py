@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from adapters._credentials import read_secret_file, redact_url
+from adapters._nats_connect import connect_options, describe
 from adapters.etcd import EtcdSettings
 from adapters.kafka import KafkaSettings
 from adapters.nats import NatsSettings
-from adapters.nats._connect import connect_options, describe
 from adapters.redis import RedisSettings
 from services.common.backends import check_backend_settings
 from services.common.settings import load_settings
@@ -167,6 +167,21 @@ def test_the_services_check_the_chosen_backends_before_connecting(
     check_backend_settings("etcd", "kafka")  # NATS not chosen: not read
     with pytest.raises(SystemExit):
         check_backend_settings("etcd", "nats")
+    assert "error: SHOAL_NATS_USER is set without a password" in capsys.readouterr().err
+
+
+def test_nats_coordination_checks_the_nats_connection_and_the_bucket_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SHOAL_NATS_KV_STORAGE", "tape")
+    check_backend_settings("etcd", "nats")  # NATS KV not chosen: its settings not read
+    with pytest.raises(SystemExit):
+        check_backend_settings("nats", "kafka")
+    assert "error: SHOAL_NATS_KV_STORAGE:" in capsys.readouterr().err
+    monkeypatch.delenv("SHOAL_NATS_KV_STORAGE")
+    monkeypatch.setenv("SHOAL_NATS_USER", "u")
+    with pytest.raises(SystemExit):  # the connection is the transport's: named as such
+        check_backend_settings("nats", "kafka")
     assert "error: SHOAL_NATS_USER is set without a password" in capsys.readouterr().err
 
 

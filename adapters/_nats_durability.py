@@ -1,4 +1,5 @@
-"""Is "stored" as strong as configured? Checked once, when a transport connects.
+"""Is "stored" as strong as configured? Checked once, when a transport (or a NATS KV
+coordination adapter: the server fsync only) connects.
 
 - Every server named by ``monitor_url`` must fsync each write (``jetstream {
   sync_interval: always }``; its ``/varz`` says ``sync_always``): otherwise an acknowledged

@@ -1,4 +1,6 @@
-"""``NatsSettings``: everything the NATS JetStream transport reads (env prefix ``SHOAL_NATS_``)."""
+"""``NatsSettings``: everything the NATS JetStream transport reads (env prefix ``SHOAL_NATS_``);
+the NATS KV coordination adapters (``adapters.natskv``) connect with its URL, credentials
+and TLS too."""
 
 from __future__ import annotations
 

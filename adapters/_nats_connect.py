@@ -1,5 +1,6 @@
-"""Connecting to NATS with the configured credentials and TLS (the transport and the
-dead-letter queue both connect here).
+"""Connecting to NATS with the configured credentials and TLS (the transport, the dead-letter
+queue, the idempotency store and the NATS KV coordination adapters all connect here; shared
+by ``adapters.nats`` and ``adapters.natskv``, so it lives outside both).
 
 nats-py retries a refused login like an unreachable server when reconnecting is allowed,
 so a wrong password would look like a timeout. ``connect`` stops at the first
@@ -18,7 +19,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from adapters._credentials import redact_url, ssl_context
-from adapters.nats._settings import NatsSettings
+from adapters._nats_settings import NatsSettings
 
 __all__ = ["connect", "connect_options", "describe"]
 

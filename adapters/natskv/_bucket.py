@@ -1,0 +1,333 @@
+"""``Bucket``: one NATS connection and the coordination bucket, with the few operations the
+adapters need, each bounded by ``call_timeout`` (``StoreUnavailableError`` past it or when
+NATS fails).
+
+- reads return live entries only: a delete or purge marker (``KV-Operation``), or a
+  server-placed expiry marker (``Nats-Marker-Reason: MaxAge``, left when a key's TTL ran
+  out), is "no key" (nats-py's ``get`` takes the latter for a value with no data);
+- ``create`` is create-if-absent, also over a marker (a plain ``last=0`` is refused while
+  the marker is stored: it compares against the marker's revision instead);
+- ``update`` and ``delete`` compare the key's revision (``Nats-Expected-Last-Subject-
+  Sequence``); a delete is a purge marker that itself lives ``marker_ttl`` seconds;
+- ``snapshot`` reads every live key under a prefix (an ordered consumer, last per subject).
+
+TTLs are whole seconds on the wire (``Nats-TTL``): rounded up, so the server never ends a
+key before the client-side deadline of the lease that wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import APIError, NotFoundError
+from nats.js.kv import KeyValue
+
+from adapters._nats_connect import connect, describe
+from adapters._nats_durability import check_server_fsync
+from adapters.natskv._settings import NatsKvSettings
+from core.errors import StoreUnavailableError
+
+__all__ = ["Bucket", "Entry", "stop_watcher", "ttl_seconds"]
+
+_log = logging.getLogger("shoal.adapters.natskv")
+T = TypeVar("T")
+
+_WRONG_LAST_SEQUENCE = (10071, 10164)
+_KV_OP = "KV-Operation"
+_MARKER_REASON = "Nats-Marker-Reason"
+_EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    key: str
+    value: bytes
+    revision: int
+
+
+def ttl_seconds(ttl: float) -> int:
+    """A TTL as the server takes it: whole seconds, at least 1, never shorter."""
+    return max(1, math.ceil(ttl))
+
+
+def is_tombstone(headers: dict[str, str] | None) -> bool:
+    """A delete, purge or server-placed (expiry) marker rather than a value."""
+    if not headers:
+        return False
+    return headers.get(_KV_OP) in ("DEL", "PURGE") or _MARKER_REASON in headers
+
+
+class Bucket:
+    """Connect with ``open``; ``close`` once. Reconnects by itself (nats-py); every
+    reconnect bumps ``generation`` and wakes ``wait_reconnect``, so watchers re-read."""
+
+    def __init__(self, settings: NatsKvSettings) -> None:
+        self.settings = settings
+        self.name = settings.bucket_name
+        self._stream = f"KV_{self.name}"
+        self._subject = f"$KV.{self.name}."
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._kv: KeyValue | None = None
+        self._direct = False
+        self._closed = False
+        self.generation = 0
+        self._reconnected = anyio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        s, ns = self.settings, self.settings.nats
+        await check_server_fsync(
+            ns.monitors, request_timeout=ns.request_timeout, require=ns.require_sync_always
+        )
+        self._nc = await connect(
+            ns,
+            name=f"{ns.name}-coordination",
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=ns.reconnect_wait,
+            error_cb=self._on_error,
+            reconnected_cb=self._on_reconnect,
+        )
+        self._js = self._nc.jetstream(timeout=s.call_timeout)
+        try:
+            with anyio.fail_after(ns.connect_timeout):
+                self._kv = await self._ensure_bucket(self._js)
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"NATS at {describe(ns)}: bucket {self.name} not ready within "
+                f"{ns.connect_timeout} s"
+            ) from None
+        self._direct = bool(getattr(self._kv, "_direct", False))
+
+    async def _ensure_bucket(self, js: JetStreamContext) -> KeyValue:
+        s = self.settings
+        try:
+            info = await js.stream_info(self._stream)
+        except NotFoundError:
+            config = js_api.KeyValueConfig(
+                bucket=self.name,
+                description="shoal coordination: members, leader, assignment, holds, projects",
+                history=s.history,
+                storage=js_api.StorageType(s.storage),
+                replicas=s.replicas,
+                limit_marker_ttl=s.marker_ttl,
+            )
+            try:
+                return await js.create_key_value(config)
+            except APIError as exc:  # created by another process meanwhile
+                _log.debug("bucket %s: create raced: %s", self.name, exc)
+                return await js.key_value(self.name)
+        stream = info.config
+        if not stream.allow_msg_ttl or not stream.subject_delete_marker_ttl:
+            # An older bucket: without these, TTL writes are refused and expirations
+            # are invisible to watchers. Both can be switched on in place.
+            stream.allow_msg_ttl = True
+            stream.subject_delete_marker_ttl = s.marker_ttl
+            await js.update_stream(stream)
+            _log.info("bucket %s: per-key TTLs and expiry markers switched on", self.name)
+        return await js.key_value(self.name)
+
+    async def close(self) -> None:
+        self._closed = True
+        nc, self._nc, self._js, self._kv = self._nc, None, None, None
+        if nc is None or nc.is_closed:
+            return
+        with anyio.move_on_after(self.settings.close_timeout):
+            await nc.close()
+
+    async def _on_error(self, exc: Exception) -> None:
+        _log.debug("NATS (coordination %s): %r", self.name, exc)
+
+    async def _on_reconnect(self) -> None:
+        self.generation += 1
+        self._reconnected.set()
+        self._reconnected = anyio.Event()
+        _log.info("NATS (coordination %s): reconnected; watchers re-read", self.name)
+
+    async def wait_reconnect(self, generation: int) -> None:
+        """Return once the connection was re-established after ``generation``."""
+        while self.generation == generation:
+            await self._reconnected.wait()
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def _kv_or_fail(self) -> KeyValue:
+        if self._kv is None:
+            raise StoreUnavailableError("the NATS KV adapter is not open (use 'async with')")
+        return self._kv
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]], timeout: float | None) -> T:  # noqa: ASYNC109 (bounds the call)
+        # a renewal passes the time its lease has left, which may be shorter
+        limit = self.settings.call_timeout if timeout is None else timeout
+        try:
+            with anyio.fail_after(max(0.0, limit)):
+                return await call()
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"NATS KV {self.name}: {what} not answered within {limit:g} s"
+            ) from exc
+        except nats.errors.Error as exc:
+            if isinstance(exc, APIError) and exc.err_code in _WRONG_LAST_SEQUENCE:
+                raise
+            raise StoreUnavailableError(f"NATS KV {self.name}: {what}: {exc!r}") from exc
+
+    async def _publish(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        last: int | None,
+        ttl: float | None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> int | None:
+        """Publish to ``key``; its revision, or None when ``last`` did not match."""
+        self._kv_or_fail()
+        js = self._js
+        assert js is not None
+        hdrs = dict(headers or {})
+        if last is not None:
+            hdrs[_EXPECTED_LAST] = str(last)
+        options: dict[str, Any] = {"headers": hdrs or None}
+        if ttl is not None:
+            options["msg_ttl"] = ttl_seconds(ttl)
+        try:
+            ack = await self._call(
+                f"write {key}",
+                lambda: js.publish(self._subject + key, value, **options),
+                timeout,
+            )
+        except APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                return None
+            raise
+        return int(ack.seq)
+
+    async def latest(self, key: str) -> tuple[Entry | None, int]:
+        """The live entry of ``key`` (None when absent, deleted or expired), and the
+        revision its next ``update`` or ``create`` must compare with (0: no message)."""
+        self._kv_or_fail()
+        js = self._js
+        assert js is not None
+
+        async def get() -> Any:
+            try:
+                return await js.get_msg(
+                    self._stream, subject=self._subject + key, direct=self._direct
+                )
+            except NotFoundError:
+                return None
+
+        msg = await self._call(f"read {key}", get, None)
+        if msg is None:
+            return None, 0
+        if is_tombstone(msg.headers):
+            return None, int(msg.seq)
+        return Entry(key, msg.data or b"", int(msg.seq)), int(msg.seq)
+
+    async def get(self, key: str) -> Entry | None:
+        return (await self.latest(key))[0]
+
+    async def create(self, key: str, value: bytes, *, ttl: float | None = None) -> int | None:
+        """Write ``key`` if it has no live value: its revision, or None when it has one."""
+        last = 0
+        for _ in range(3):  # a marker placed or removed between the two calls: once more
+            revision = await self._publish(key, value, last=last, ttl=ttl)
+            if revision is not None:
+                return revision
+            entry, last = await self.latest(key)
+            if entry is not None:
+                return None
+        return None
+
+    async def update(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        last: int,
+        ttl: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> int | None:
+        """Write ``key`` if its revision is still ``last``: the new revision, or None."""
+        return await self._publish(key, value, last=last, ttl=ttl, timeout=timeout)
+
+    async def put(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
+        revision = await self._publish(key, value, last=None, ttl=ttl)
+        assert revision is not None  # no comparison, so never refused for one
+        return revision
+
+    async def delete(self, key: str, *, last: int | None = None) -> bool:
+        """Delete ``key`` (if its revision is still ``last``, when given): False when it
+        was not. The purge marker lives ``marker_ttl`` seconds, for the watchers."""
+        headers = {_KV_OP: "PURGE", "Nats-Rollup": "sub"}
+        revision = await self._publish(
+            key, b"", last=last, ttl=self.settings.marker_ttl, headers=headers
+        )
+        return revision is not None
+
+    async def snapshot(self, prefix: str) -> dict[str, Entry]:
+        """Every live key starting with ``prefix`` (ending with a dot) or equal to it.
+
+        Read with a KV watcher (last value per key), to the entry after which the server
+        says nothing is pending. Not to nats-py's end-of-initial-values marker: it is put
+        first when the consumer info shows nothing pending and nothing received yet, which
+        also happens while the one value is in flight (a snapshot right after a write then
+        came back empty)."""
+        kv = self._kv_or_fail()
+        pattern = prefix + ">" if prefix.endswith(".") else prefix
+
+        async def read() -> dict[str, Entry]:
+            entries: dict[str, Entry] = {}
+            watcher = await kv.watch(pattern, inactive_threshold=self.settings.call_timeout)
+            try:
+                sub = watcher._sub
+                assert sub is not None  # kv.watch subscribed it
+                info = await sub.consumer_info()
+                if info.num_pending == 0 and info.delivered.consumer_seq == 0:
+                    return entries  # nothing stored, nothing in flight
+                async for entry in watcher:
+                    if entry is None:  # nats-py's marker (see above): not the end
+                        continue
+                    if entry.operation in ("DEL", "PURGE"):
+                        entries.pop(entry.key, None)
+                    else:
+                        entries[entry.key] = Entry(entry.key, entry.value or b"", entry.revision)
+                    if not entry.delta:
+                        return entries
+            finally:
+                await stop_watcher(watcher)
+            return entries
+
+        return await self._call(f"read {pattern}", read, None)
+
+    async def watch(self, prefix: str) -> KeyValue.KeyWatcher:
+        """A KV watcher on ``prefix`` (see ``snapshot``), from the last value of each key on;
+        the caller stops it."""
+        kv = self._kv_or_fail()
+        pattern = prefix + ">" if prefix.endswith(".") else prefix
+        return await self._call(f"watch {pattern}", lambda: kv.watch(pattern), None)
+
+
+async def stop_watcher(watcher: KeyValue.KeyWatcher) -> None:
+    """Unsubscribe a watcher, bounded and shielded; a connection already gone is fine."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+        try:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        except nats.errors.Error as exc:
+            _log.debug("stopping a KV watcher: %r", exc)

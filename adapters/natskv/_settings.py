@@ -1,0 +1,63 @@
+"""``NatsKvSettings``: the coordination bucket on NATS JetStream KV (env prefix
+``SHOAL_NATS_KV_``); where NATS is and how to log in come from ``NatsSettings``
+(``SHOAL_NATS_URL``, credentials, TLS), composed here rather than repeated."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from adapters._nats_settings import NatsSettings
+
+__all__ = ["NatsKvSettings"]
+
+_NOT_BUCKET = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class NatsKvSettings(BaseSettings):
+    """Bucket and timing settings shared by every NATS KV coordination adapter.
+
+    The bucket (``shoal_{group}`` by default, the group sanitised to the bucket charset)
+    is created on first use with per-message TTLs allowed and a marker TTL, so that a key
+    whose TTL runs out leaves a ``MaxAge`` marker that watchers see (nats-server >= 2.11).
+    Durability is the server's: ``storage`` file (the default) and ``sync_interval:
+    always`` on the server (checked when ``SHOAL_NATS_MONITOR_URL`` is set, as for the
+    transport).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SHOAL_NATS_KV_", extra="ignore", frozen=True)
+
+    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    bucket: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="the KV bucket; default shoal_{group}",
+    )
+    storage: Literal["file", "memory"] = "file"
+    replicas: Literal[1, 3, 5] = 1
+    history: int = Field(default=1, ge=1, le=64)
+    marker_ttl: float = Field(
+        default=60.0,
+        ge=1,
+        description="how long delete and expiry markers stay (watchers see them meanwhile)",
+    )
+    call_timeout: float = Field(default=5.0, gt=0, description="bound on every network call")
+    max_renew_interval: float = Field(
+        default=5.0, gt=0, description="renew leases every min(ttl/2, this) seconds"
+    )
+    retry_interval: float = Field(default=0.25, gt=0)
+    max_retry_interval: float = Field(default=2.0, gt=0)
+    resync_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="watches re-read the whole state at least this often (safety net)",
+    )
+    close_timeout: float = Field(default=5.0, gt=0)
+    nats: NatsSettings = Field(default_factory=NatsSettings)
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket or "shoal_" + _NOT_BUCKET.sub("_", self.group)
