@@ -137,8 +137,13 @@ def authenticate(authorization: str | None, keys: Mapping[str, ApiKey]) -> ApiKe
             _UNAUTHENTICATED,
         )
     record = keys.get(key_id)
-    # One answer for an unknown id and a wrong secret: the id alone says nothing.
-    if record is None or not hmac.compare_digest(record.secret_sha256, hash_secret(secret)):
+    # One answer for an unknown id and a wrong secret: the id alone says nothing. A secret
+    # no key could have (say a lone surrogate, which has no UTF-8) is just a wrong one.
+    if (
+        record is None
+        or not _SECRET_PATTERN.fullmatch(secret)
+        or not hmac.compare_digest(record.secret_sha256, hash_secret(secret))
+    ):
         raise AccessDeniedError("invalid API key", _UNAUTHENTICATED)
     if record.revoked:
         raise AccessDeniedError(f"API key {key_id} was revoked", _UNAUTHENTICATED)
