@@ -58,10 +58,10 @@ def backend_env(
             values["SHOAL_KAFKA_TOPIC"] = f"e2e.{suffix}.data"
             values["SHOAL_KAFKA_DEAD_LETTER_TOPIC"] = f"e2e.{suffix}.dlq"
             values["SHOAL_KAFKA_REGISTRATION_TOPIC"] = f"e2e.{suffix}.reg"
+        if "nats" in (coordination, transport):
+            values |= {"SHOAL_NATS_URL": server("nats").url, **monitor(server("nats"))}
         if transport == "nats":
             values |= {
-                "SHOAL_NATS_URL": server("nats").url,
-                **monitor(server("nats")),
                 "SHOAL_NATS_STREAM": f"E2E_{suffix}",
                 "SHOAL_NATS_SUBJECT_PREFIX": f"e2e.{suffix}",
                 "SHOAL_NATS_DEAD_LETTER_STREAM": f"E2E_DLQ_{suffix}",

@@ -48,6 +48,8 @@ BACKEND_MATRIX = [
     ("kafka", "kafka"),
     ("etcd", "kafka"),
     ("redis", "kafka"),
+    ("nats", "nats"),
+    ("nats", "kafka"),
 ]
 JOIN_LIMIT = 2.0  # a joining handler lands its first row within this of being granted
 FAILOVER_LIMIT = LEASE_TTL + 2.0  # a dead handler's partitions land again within this

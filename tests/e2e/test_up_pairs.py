@@ -20,7 +20,7 @@ import pytest
 
 from infra.local.servers import free_port
 from services.cli.devices import LoadGenerator, LoadPlan
-from services.common.settings import COORDINATION_BACKENDS
+from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS
 from tests._processes import alive, descendants
 from tests.e2e._landed import landed_ids, read_landed
 
@@ -31,18 +31,8 @@ READY_WITHIN = 150.0  # Kafka's start, then leaders, handlers and the gateway (2
 LAND_WITHIN = 60.0
 MESSAGES = 300
 
-_NATS_COORDINATION = pytest.mark.skipif(
-    "nats" not in COORDINATION_BACKENDS,
-    reason="the services do not accept SHOAL_COORDINATION=nats yet (the NATS JetStream KV "
-    "coordination adapter is not merged)",
-)
 PAIRS = [
-    *(pytest.param("nats", t, marks=_NATS_COORDINATION, id=f"nats+{t}") for t in ("nats", "kafka")),
-    *(
-        pytest.param(c, t, id=f"{c}+{t}")
-        for c in ("etcd", "redis", "kafka")
-        for t in ("nats", "kafka")
-    ),
+    pytest.param(c, t, id=f"{c}+{t}") for c in COORDINATION_BACKENDS for t in TRANSPORT_BACKENDS
 ]
 Start = Callable[..., "subprocess.Popen[str]"]
 _LINE = re.compile(r"(backends|gateway|api key|dashboard|data): (.+)\n")

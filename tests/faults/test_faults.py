@@ -32,6 +32,7 @@ PAIRS = [
     ("kafka", "kafka"),
     ("etcd", "kafka"),
     ("redis", "kafka"),
+    ("nats", "nats"),
 ]
 
 
