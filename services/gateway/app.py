@@ -16,23 +16,22 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from adapters.memory import InMemoryIdempotencyStore
 from core.access import AccessDeniedError, ApiKey, TokenBucket, authenticate, authorize, take
-from core.errors import PublishError
 from core.ingest import (
     IngestLimits,
     InvalidRequestError,
-    announcement,
     check_content_type,
     content_codings,
     gunzip,
     parse_body,
     stamp,
 )
-from core.messages import PROJECT_ID_PATTERN, LedgerEntry, Outcome, is_valid_project_id
+from core.messages import PROJECT_ID_PATTERN, is_valid_project_id
 from core.ports import AcceptanceLedger, ApiKeyStore, IdempotencyStore, Transport
 from core.tracking import RecentSet, SeriesCounters
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 from services.gateway.idempotency import IdempotentIngest, idempotency_key
+from services.gateway.publishing import RecordedPublish
 
 log = logging.getLogger("shoal.gateway")
 
@@ -214,12 +213,19 @@ def create_app(
             **{"Retry-After": str(max(1, math.ceil(wait)))},
         )
 
-    idempotent = IdempotentIngest(
+    publish = RecordedPublish(
         transport=transport,
-        store=idempotency if idempotency is not None else InMemoryIdempotencyStore(),
         ledger=ledger,
         state=state,
         metrics=metrics,
+        partitions=partitions,
+        publish_timeout=publish_timeout,
+        retry_after_seconds=retry_after_seconds,
+        refuse=refuse,
+    )
+    idempotent = IdempotentIngest(
+        publish=publish,
+        store=idempotency if idempotency is not None else InMemoryIdempotencyStore(),
         registry=registry,
         partitions=partitions,
         publish_timeout=publish_timeout,
@@ -276,59 +282,9 @@ def create_app(
             received_at=received_at,
             partitions=partitions,
         )
-        first_time = project_id not in state.announced
-        batch = envelopes
-        if first_time:
-            state.announced.add(project_id)
-            batch = [
-                announcement(
-                    project_id,
-                    gateway_id=gateway_id,
-                    message_id=uuid.uuid4().hex,
-                    received_at=received_at,
-                    partitions=partitions,
-                ),
-                *envelopes,
-            ]
-        started = time.perf_counter()
-
-        async def record(outcome: Outcome) -> None:
-            if ledger is not None:
-                await ledger.record(
-                    LedgerEntry(
-                        gateway_id=series,
-                        project_id=project_id,
-                        first_sequence=envelopes[0].sequence,
-                        last_sequence=envelopes[-1].sequence,
-                        outcome=outcome,
-                        received_at=received_at,
-                        decided_at=time.time(),
-                    )
-                )
-
-        try:
-            with anyio.fail_after(publish_timeout):
-                await transport.publish(batch)
-        except Exception as exc:  # a reserved range is always recorded, and never a 500
-            await record(Outcome.REFUSED)
-            if first_time:
-                state.announced.discard(project_id)
-            expected = isinstance(exc, PublishError | TimeoutError)
-            log.warning(
-                "publish failed; answering 503",
-                extra=fields(project=project_id, messages=len(envelopes), error=repr(exc)),
-                exc_info=not expected,
-            )
-            reason = str(exc) if expected else f"{type(exc).__name__}: {exc}"
-            return refuse(
-                503,
-                f"broker did not confirm the messages: {reason}",
-                **{"Retry-After": str(retry_after_seconds)},
-            )
-        await record(Outcome.ACCEPTED)
-        metrics.publish_seconds.observe(time.perf_counter() - started)
-        metrics.published.inc(len(batch))
-        metrics.accepted.inc(len(envelopes))
+        refusal = await publish(project_id, envelopes, series=series, received_at=received_at)
+        if refusal is not None:
+            return refusal
         return JSONResponse(
             {
                 "accepted": len(envelopes),

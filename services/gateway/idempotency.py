@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,7 +21,6 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter
 
-from core.errors import PublishError
 from core.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
@@ -32,13 +30,13 @@ from core.idempotency import (
     identity,
     key_digest,
 )
-from core.ingest import announcement, stamp
-from core.messages import LedgerEntry, Outcome
-from core.ports import AcceptanceLedger, IdempotencyStore, Transport
+from core.ingest import stamp
+from core.ports import IdempotencyStore
 from services.common.logs import fields
+from services.gateway.publishing import RecordedPublish
 
 if TYPE_CHECKING:
-    from services.gateway.app import GatewayMetrics, GatewayState
+    pass
 
 __all__ = ["IdempotentIngest", "idempotency_key"]
 
@@ -56,11 +54,8 @@ def idempotency_key(request: Request) -> str | None:
 
 @dataclass
 class IdempotentIngest:
-    transport: Transport
+    publish: RecordedPublish
     store: IdempotencyStore
-    ledger: AcceptanceLedger | None
-    state: GatewayState
-    metrics: GatewayMetrics
     registry: CollectorRegistry
     partitions: int
     publish_timeout: float
@@ -123,11 +118,11 @@ class IdempotentIngest:
                 )
             self.replayed.inc()
             return JSONResponse(known.body(), status_code=200, headers={REPLAYED_HEADER: "true"})
-        return await self._publish(
+        return await self._stamp_and_publish(
             project_id, key, payloads, received_at=received_at, digest=digest, body_print=body_print
         )
 
-    async def _publish(
+    async def _stamp_and_publish(
         self,
         project_id: str,
         key: str,
@@ -147,57 +142,15 @@ class IdempotentIngest:
             received_at=received_at,
             partitions=self.partitions,
         )
-        state = self.state
-        first_time = project_id not in state.announced
-        if first_time:
-            state.announced.add(project_id)
-
-        async def record(outcome: Outcome) -> None:
-            if self.ledger is not None:
-                await self.ledger.record(
-                    LedgerEntry(
-                        gateway_id=ident.series_id,
-                        project_id=project_id,
-                        first_sequence=1,
-                        last_sequence=len(envelopes),
-                        outcome=outcome,
-                        received_at=received_at,
-                        decided_at=time.time(),
-                    )
-                )
-
-        started = time.perf_counter()
-        try:
-            with anyio.fail_after(self.publish_timeout):
-                if first_time:  # its own publish: the data's batches are the same in a retry
-                    await self.transport.publish(
-                        [
-                            announcement(
-                                project_id,
-                                gateway_id=state.gateway_id,
-                                message_id=uuid.uuid4().hex,
-                                received_at=received_at,
-                                partitions=self.partitions,
-                            )
-                        ]
-                    )
-                await self.transport.publish(envelopes)
-        except Exception as exc:  # the range is recorded, and never a 500
-            await record(Outcome.REFUSED)
-            if first_time:
-                state.announced.discard(project_id)
-            expected = isinstance(exc, PublishError | TimeoutError)
-            log.warning(
-                "publish failed; answering 503",
-                extra=fields(project=project_id, messages=len(envelopes), error=repr(exc)),
-                exc_info=not expected,
-            )
-            reason = str(exc) if expected else f"{type(exc).__name__}: {exc}"
-            return self._unavailable(f"broker did not confirm the messages: {reason}")
-        await record(Outcome.ACCEPTED)
-        self.metrics.publish_seconds.observe(time.perf_counter() - started)
-        self.metrics.published.inc(len(envelopes) + first_time)
-        self.metrics.accepted.inc(len(envelopes))
+        refusal = await self.publish(
+            project_id,
+            envelopes,
+            series=ident.series_id,
+            received_at=received_at,
+            announce_apart=True,
+        )
+        if refusal is not None:
+            return refusal
         answer = IdempotentAnswer(
             project_id=project_id,
             key_digest=digest,
