@@ -203,18 +203,13 @@ class CoordinationState:
         then a project not live is added only while fewer than ``cap`` are live. Always
         accepted (the others are registered even when some are refused); the refused ones
         are named in the reason, and ``registration`` tells them apart."""
-        if ttl <= 0 or cap < 0:
-            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
+        ids = registration_ids(project_ids, ttl=ttl, cap=cap)
         live = {p: t for p, t in self.projects.get(partition, {}).items() if t > now}
-        expires = now + ttl
-        refused: list[str] = []
-        for project_id in dict.fromkeys(project_ids):
-            if project_id in live:
-                live[project_id] = max(live[project_id], expires)
-            elif len(live) < cap:
-                live[project_id] = expires
-            else:
-                refused.append(project_id)
+        registered, expiries = admit_registrations(
+            ids, live, now=now, ttl=ttl, room=cap - len(live)
+        )
+        live.update(expiries)
+        refused = [i for i in ids if i in registered.refused]
         projects = {p: r for p, r in self.projects.items() if p != partition}
         if live:
             projects[partition] = _frozen(live)
@@ -261,6 +256,39 @@ class Registration:
 
     added: frozenset[str] = frozenset()
     refused: frozenset[str] = frozenset()
+
+
+def registration_ids(project_ids: Iterable[str], *, ttl: float, cap: int) -> list[str]:
+    """The distinct ids of a ``ProjectRegistry.register`` call, in order; ``ValueError``
+    for a TTL that is not positive or a negative cap (every registry checks the same)."""
+    if ttl <= 0 or cap < 0:
+        raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
+    return list(dict.fromkeys(project_ids))
+
+
+def admit_registrations(
+    ids: Iterable[str], stored: Mapping[str, float], *, now: float, ttl: float, room: int
+) -> tuple[Registration, dict[str, float]]:
+    """What a partition admits of distinct ``ids``, in order, and each admitted id's new
+    expiry. ``stored``: the expiries the partition has for some of them; an id stored
+    takes no room (its entry is there already) and one not stored takes one of ``room``
+    slots while any is left, else it is refused. Added: admitted and not live at ``now``.
+    A refresh never shortens a registration."""
+    expires = now + ttl
+    added: set[str] = set()
+    refused: set[str] = set()
+    expiries: dict[str, float] = {}
+    for project_id in ids:
+        before = stored.get(project_id)
+        if before is None:
+            if room <= 0:
+                refused.add(project_id)
+                continue
+            room -= 1
+        if before is None or before <= now:
+            added.add(project_id)
+        expiries[project_id] = expires if before is None else max(before, expires)
+    return Registration(added=frozenset(added), refused=frozenset(refused)), expiries
 
 
 def registration(

@@ -27,7 +27,14 @@ from adapters.etcd._codec import (
 )
 from adapters.etcd._settings import EtcdSettings
 from adapters.etcd._watch import watch_snapshots
-from core.coordination import Hold, Leader, Registration, supersedes
+from core.coordination import (
+    Hold,
+    Leader,
+    Registration,
+    admit_registrations,
+    registration_ids,
+    supersedes,
+)
 from core.errors import FencedError, LeaseLostError
 from core.model import Assignment, MemberId, Partition
 
@@ -226,9 +233,7 @@ class EtcdProjectRegistry(EtcdAdapter):
         ttl: float,
         cap: int,
     ) -> Registration:
-        if ttl <= 0 or cap < 0:
-            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
-        ids = list(dict.fromkeys(project_ids))
+        ids = registration_ids(project_ids, ttl=ttl, cap=cap)
         if not ids:
             return Registration()
         client, prefix = self._client, self._keys.projects(partition)
@@ -239,23 +244,11 @@ class EtcdProjectRegistry(EtcdAdapter):
             kept = await self._sweep(partition, now)
             stored = {i: kept[i] for i in ids if i in kept}
             count = len(kept)
-        expiry = now + ttl
-        room = cap - count
-        added: set[str] = set()
-        refused: set[str] = set()
-        writes: list[tuple[str, float]] = []
-        for project_id in ids:
-            before = stored.get(project_id)
-            if before is None:
-                if room <= 0:
-                    refused.add(project_id)
-                    continue
-                room -= 1
-            if before is None or before <= now:
-                added.add(project_id)
-            writes.append((project_id, expiry if before is None else max(before, expiry)))
+        # a key still stored (even expired, not yet swept) is counted already
+        registered, expiries = admit_registrations(ids, stored, now=now, ttl=ttl, room=cap - count)
+        writes = list(expiries.items())
         await self._put(partition, writes, now=now, ttl=ttl)
-        return Registration(added=frozenset(added), refused=frozenset(refused))
+        return registered
 
     async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
         prefix = self._keys.projects(partition)

@@ -20,7 +20,7 @@ from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
-from core.coordination import Hold, Leader, Registration, registration
+from core.coordination import Hold, Leader, Registration, registration, registration_ids
 from core.errors import FencedError, StoreUnavailableError
 from core.model import Assignment, MemberId, Partition
 from core.retry import retry_delay
@@ -165,7 +165,7 @@ class KafkaProjectRegistry(KafkaLogAdapter):
         ttl: float,
         cap: int,
     ) -> Registration:
-        ids = list(dict.fromkeys(project_ids))
+        ids = registration_ids(project_ids, ttl=ttl, cap=cap)
         model = self.log.state.model
         # what the log would decide on the state replayed so far: the state after it
         # can only hold more (other registrants), so a batch refused whole here is too

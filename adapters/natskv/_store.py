@@ -26,7 +26,14 @@ from adapters.natskv import _keys as keys
 from adapters.natskv._base import NatsKvAdapter
 from adapters.natskv._bucket import Entry
 from adapters.natskv._election import decode_leader
-from core.coordination import Hold, Leader, Registration, supersedes
+from core.coordination import (
+    Hold,
+    Leader,
+    Registration,
+    admit_registrations,
+    registration_ids,
+    supersedes,
+)
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -180,30 +187,19 @@ class NatsKvProjectRegistry(NatsKvAdapter):
         ttl: float,
         cap: int,
     ) -> Registration:
-        if ttl <= 0 or cap < 0:
-            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
-        ids = list(dict.fromkeys(project_ids))
+        ids = registration_ids(project_ids, ttl=ttl, cap=cap)
         if not ids:
             return Registration()
-        stored = await self._expiries(partition)
-        live = {project_id for project_id, expiry in stored.items() if expiry > now}
-        room = cap - len(live)
-        expiry = now + ttl
-        added: set[str] = set()
-        refused: set[str] = set()
-        for project_id in ids:
-            if project_id not in live:
-                if room <= 0:
-                    refused.add(project_id)
-                    continue
-                room -= 1
-                added.add(project_id)
-            # a refresh never shortens a registration
-            until = max(expiry, stored.get(project_id, expiry))
+        # keys expire on the server, but one may outlive its expiry by the marker's delay
+        live = {p: t for p, t in (await self._expiries(partition)).items() if t > now}
+        registered, expiries = admit_registrations(
+            ids, live, now=now, ttl=ttl, room=cap - len(live)
+        )
+        for project_id, until in expiries.items():
             await self._bucket.put(
                 keys.project(partition, project_id), repr(until).encode(), ttl=until - now
             )
-        return Registration(added=frozenset(added), refused=frozenset(refused))
+        return registered
 
     async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
         return frozenset(

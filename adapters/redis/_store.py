@@ -29,7 +29,7 @@ from adapters.redis._codec import (
     new_version,
 )
 from adapters.redis._watch import watch_snapshots
-from core.coordination import Hold, Leader, Registration, supersedes
+from core.coordination import Hold, Leader, Registration, registration_ids, supersedes
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -220,9 +220,7 @@ class RedisProjectRegistry(RedisAdapter):
         ttl: float,
         cap: int,
     ) -> Registration:
-        if ttl <= 0 or cap < 0:
-            raise ValueError(f"ttl must be positive and cap not negative (ttl={ttl}, cap={cap})")
-        ids = list(dict.fromkeys(project_ids))
+        ids = registration_ids(project_ids, ttl=ttl, cap=cap)
         if not ids:
             return Registration()
         added, refused = await self._client.script(

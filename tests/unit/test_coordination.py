@@ -5,6 +5,7 @@ release in any order, checking the invariants the stores must keep."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -14,7 +15,9 @@ from core.coordination import (
     Hold,
     Leader,
     Registration,
+    admit_registrations,
     registration,
+    registration_ids,
     supersedes,
 )
 from core.handoff import ClaimAction, decide_claim
@@ -242,3 +245,36 @@ def test_a_newer_term_supersedes_even_with_a_lower_generation() -> None:
     assert not supersedes((5, 1), (5, 1))
     assert not supersedes((5, 1), (5, 2))
     assert not supersedes((4, 9), (5, 2))
+
+
+_project = st.sampled_from([f"p{i}" for i in range(12)])
+
+
+@given(
+    st.lists(_project, max_size=12),
+    st.dictionaries(_project, st.floats(0.0, 200.0), max_size=8),
+    st.floats(0.0, 100.0),
+    st.floats(0.5, 100.0),
+    st.integers(0, 12),
+)
+def test_a_partition_admits_new_projects_only_into_free_room_and_never_shortens_one(
+    requested: list[str], stored: dict[str, float], now: float, ttl: float, room: int
+) -> None:
+    ids = registration_ids(requested, ttl=ttl, cap=room)
+    registered, expiries = admit_registrations(ids, stored, now=now, ttl=ttl, room=room)
+    assert ids == list(dict.fromkeys(requested))
+    assert set(expiries) | registered.refused == set(ids)
+    assert not set(expiries) & registered.refused
+    assert len([i for i in expiries if i not in stored]) <= room
+    assert not registered.refused & stored.keys(), "a stored project takes no new room"
+    if registered.refused:  # refused only once the room is used up
+        assert len([i for i in expiries if i not in stored]) == room
+    assert registered.added == {i for i in expiries if stored.get(i, now) <= now}
+    for project_id, until in expiries.items():
+        assert until >= now + ttl and until >= stored.get(project_id, until)
+
+
+def test_a_register_call_with_a_bad_ttl_or_cap_is_refused_before_anything() -> None:
+    for ttl, cap in ((0.0, 1), (-1.0, 1), (1.0, -1)):
+        with pytest.raises(ValueError, match="ttl must be positive"):
+            registration_ids(["p"], ttl=ttl, cap=cap)
