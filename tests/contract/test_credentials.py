@@ -8,10 +8,9 @@ secret, with a wrong one or none. NATS, etcd and Redis run a private server of t
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,7 +229,16 @@ class SecureEtcd:
 
 
 @pytest.fixture(scope="module")
-def etcd_with_auth(pki: Pki) -> Iterator[SecureEtcd]:
+def anyio_backend() -> str:
+    """One event loop for the module's tests from the first etcd one on (the module-scoped
+    async fixture below holds it): gRPC's aio poller, under etcd's client, stays bound to
+    every loop that made a call, and a completion arriving late for a call of an earlier,
+    closed loop failed whichever test was running then ('Event loop is closed')."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def etcd_with_auth(pki: Pki) -> AsyncIterator[SecureEtcd]:
     """An etcd with auth on (user `root`), a 2 s token TTL (to see tokens expire), and
     besides its plain client URL (the readiness check's) an https one wanting a client
     certificate."""
@@ -249,7 +257,7 @@ def etcd_with_auth(pki: Pki) -> Iterator[SecureEtcd]:
     )
     assert isinstance(server, RunningEtcd)
     try:
-        asyncio.run(_enable_etcd_auth(server.endpoint))
+        await _enable_etcd_auth(server.endpoint)
         yield SecureEtcd(server, f"127.0.0.1:{tls_port}")
     finally:
         server.stop()
