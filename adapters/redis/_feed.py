@@ -29,6 +29,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from redis.exceptions import RedisError
 
 from adapters._backoff import Backoff
+from adapters._interest import Interest as _Interest
 from adapters.redis._client import RedisClient
 from adapters.redis._keys import Keys
 from core.errors import StoreUnavailableError
@@ -46,33 +47,8 @@ class Change:
     key: str
 
 
-class Interest:
-    """A "something you care about changed" flag. ``clear()`` before reading the state,
-    ``wait()`` after: a change in between is never lost."""
-
-    def __init__(self, wanted: Callable[[Change], bool]) -> None:
-        self._wanted = wanted
-        self._dirty = False
-        self._event = anyio.Event()
-
-    def fire(self, change: Change | None) -> None:
-        """Mark dirty if ``change`` matters (``None``: everything may have changed)."""
-        if change is None or self._wanted(change):
-            self._dirty = True
-            self._event.set()
-
-    def clear(self) -> None:
-        self._dirty = False
-        if self._event.is_set():
-            self._event = anyio.Event()
-
-    async def wait(self, within: float) -> bool:
-        """True when fired (now or within ``within`` seconds), False otherwise."""
-        if self._dirty:
-            return True
-        with anyio.move_on_after(max(0.0, within)):
-            await self._event.wait()
-        return self._dirty
+Interest = _Interest[Change]
+"""A watcher's flag, fired by this feed's changes."""
 
 
 class Feed:
