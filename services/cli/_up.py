@@ -220,7 +220,7 @@ async def _install(kinds: Sequence[str], console: Console) -> None:
 
 def _check_pair(coordination: str, transport: str) -> None:
     """Refuse, before anything starts, a pair the services would reject at start-up (the
-    CLI offers nats coordination before the services accept it)."""
+    CLI spells its choices out, so that --help imports none of the services' modules)."""
     for role, name, accepted in (
         ("coordination", coordination, COORDINATION_BACKENDS),
         ("transport", transport, TRANSPORT_BACKENDS),
