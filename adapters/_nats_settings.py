@@ -4,7 +4,6 @@ and TLS too."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import ClassVar, Literal, Self
 from urllib.parse import urlsplit
@@ -145,11 +144,6 @@ class NatsSettings(ConnectionSecurity):
             path: Path | None = getattr(self, field)
             if path is not None and not path.is_file():
                 raise ValueError(f"{self.env_name(field)}: {path} is not a readable file")
-            if path is not None and importlib.util.find_spec("nkeys") is None:
-                raise ValueError(
-                    f"{self.env_name(field)}: nkey authentication needs the nkeys package "
-                    "(pip install nkeys)"
-                )
         return self
 
     @property

@@ -173,6 +173,7 @@ def _nats_conf(
     cluster: tuple[int, list[int]] | None,
     *,
     sync_always: bool = True,
+    nkey_users: Sequence[str] = (),
 ) -> str:
     lines = [
         f"server_name: {json.dumps(name)}",
@@ -189,6 +190,10 @@ def _nats_conf(
         own, all_ports = cluster
         routes = ", ".join(f"nats-route://{HOST}:{p}" for p in all_ports)
         lines.append(f"cluster {{ name: shoal, listen: {HOST}:{own}, routes: [{routes}] }}")
+    if nkey_users:
+        # nkey users exist only in a configuration file: nats-server has no flag for them
+        users = ", ".join(f"{{ nkey: {json.dumps(u)} }}" for u in nkey_users)
+        lines.append(f"authorization {{ users: [{users}] }}")
     return "\n".join(lines) + "\n"
 
 
@@ -203,11 +208,16 @@ def _nats_node(
     cluster: tuple[int, list[int]] | None,
     extra: Sequence[str],
     sync_always: bool = True,
+    nkey_users: Sequence[str] = (),
 ) -> RunningNats:
     port, monitor = ports
     store = node_dir / "jetstream" if jetstream else None
     conf = node_dir / "nats.conf"
-    conf.write_text(_nats_conf(name, port, monitor, store, cluster, sync_always=sync_always))
+    conf.write_text(
+        _nats_conf(
+            name, port, monitor, store, cluster, sync_always=sync_always, nkey_users=nkey_users
+        )
+    )
     argv = [str(binary), "--config", str(conf), *extra]
     proc = ManagedProcess(argv, log_path=node_dir / "nats.log", cwd=node_dir)
     return RunningNats(
@@ -231,9 +241,11 @@ def start_nats(
     timeout: float = 30.0,
     extra_args: Sequence[str] = (),
     sync_always: bool = True,
+    nkey_users: Sequence[str] = (),
 ) -> RunningNats:
     """One nats-server (JetStream with file storage by default), ready when /healthz is ok.
-    ``sync_always`` False: the server's default sync interval instead of an fsync per write."""
+    ``sync_always`` False: the server's default sync interval instead of an fsync per write.
+    ``nkey_users``: public nkeys (``U...``) the server admits; then nobody else logs in."""
     binary = nats_binary()
     root, keep = own_dir(data_dir, "shoal-nats-", keep)
 
@@ -250,6 +262,7 @@ def start_nats(
                 cluster=None,
                 extra=extra_args,
                 sync_always=sync_always,
+                nkey_users=nkey_users,
             )
         ]
 

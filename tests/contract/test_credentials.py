@@ -9,6 +9,7 @@ secret, with a wrong one or none. NATS, etcd and Redis run a private server of t
 from __future__ import annotations
 
 import functools
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import nkeys
 import pytest
 from etcd3aio import Etcd3Client
 from pydantic import SecretStr
@@ -201,6 +203,53 @@ async def test_nats_token_from_a_file_is_accepted_and_a_wrong_one_refused(
                 pass
         assert "a token" in str(caught.value)
         _no_secret_in(str(caught.value))
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+def _nkey_seed_file(directory: Path, name: str) -> tuple[Path, str]:
+    """A fresh user nkey: its seed in a file (as `nk -gen user` writes it) and its public key."""
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    return _secret_file(directory, name, seed.decode()), public
+
+
+@pytest.mark.nats
+async def test_nats_nkey_seed_is_accepted_and_an_unknown_nkey_refused(tmp_path: Path) -> None:
+    admitted_seed, admitted = _nkey_seed_file(tmp_path, "admitted.nk")
+    stranger_seed, _ = _nkey_seed_file(tmp_path, "stranger.nk")
+    start = functools.partial(
+        _start_or_skip, start_nats, name="shoal-nats-nkey", nkey_users=(admitted,)
+    )
+    server = await anyio.to_thread.run_sync(start)
+    assert isinstance(server, RunningNats)
+    try:
+        tag = uuid.uuid4().hex[:10]
+        settings = NatsSettings(
+            url=server.url,
+            stream=f"T{tag}",
+            subject_prefix=f"t{tag}.data",
+            dead_letter_stream=f"T{tag}_DLQ",
+            dead_letter_prefix=f"t{tag}.dlq",
+            nkey_seed_file=admitted_seed,
+        )
+        _no_secret_in(repr(settings))
+        async with NatsTransport(settings) as transport:
+            sent = [envelope(1, "projA", i) for i in range(1, 3)]
+            await transport.publish(sent)
+            sub = await transport.open(1, "h1")
+            got = await fetch_n(sub, 2)
+            assert [d.envelope.message_id for d in got] == [e.message_id for e in sent]
+            await sub.ack(got)
+            await sub.close()
+        stranger = settings.model_copy(
+            update={"nkey_seed_file": stranger_seed, "connect_timeout": 30.0}
+        )
+        with anyio.fail_after(10), pytest.raises(PermissionError) as caught:
+            async with NatsTransport(stranger):
+                pass
+        assert "an nkey" in str(caught.value)
+        assert stranger_seed.read_text().strip() not in str(caught.value)
     finally:
         await anyio.to_thread.run_sync(server.stop)
 
