@@ -568,6 +568,7 @@ async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> N
             concurrency=8,
             rate=options.rate,
             keep_ids=False,
+            idempotency_keys=True,
         ),
         api_key=stack.api_key,
     )

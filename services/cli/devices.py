@@ -8,6 +8,11 @@ batch ``k`` holds messages ``[k * batch, (k + 1) * batch)`` for project ``k % pr
 per second when a rate is set. Only message ids from 202 answers count as accepted; a
 503 is retried after its ``Retry-After`` with the same payloads (the gateway then stamps
 new ids and sequences), any other answer is counted as rejected and not retried.
+
+With ``idempotency_keys`` (as `shoal devices` and `shoal up` send, the way a careful device
+does) every batch carries an ``Idempotency-Key`` of its own, so a retry after a lost answer
+(a dropped connection, a timeout) is answered 200 with the first answer's ids instead of
+landing the batch twice.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +47,7 @@ class LoadPlan:
     request_timeout: float = 30.0
     keep_ids: bool = True  # remember every accepted message id (tests); False: counts only
     message_bytes: int = 0  # pad each JSON message to about this many bytes (0: no padding)
+    idempotency_keys: bool = False  # an Idempotency-Key per batch: a retry lands it once
 
 
 @dataclass
@@ -50,6 +57,7 @@ class LoadSummary:
     attempts: int = 0  # HTTP requests sent
     rejected: Counter[int] = field(default_factory=Counter)  # non-202 answers by status
     retried: int = 0  # 503 answers and connection errors that were retried
+    replayed: int = 0  # batches whose retry was answered 200 (their first answer was lost)
     transport_errors: int = 0
     failed_batches: int = 0  # batches never accepted (gave up, or a non-503 refusal)
     messages_sent: int = 0  # messages of the batches handed to workers
@@ -62,7 +70,7 @@ class LoadSummary:
     def line(self) -> str:
         return (
             f"accepted={self.accepted_count} attempts={self.attempts} "
-            f"rejected={dict(self.rejected)} retried={self.retried} "
+            f"rejected={dict(self.rejected)} retried={self.retried} replayed={self.replayed} "
             f"failed_batches={self.failed_batches} seconds={self.seconds:.1f} "
             f"rate={self.rate:.0f} msg/s"
         )
@@ -89,9 +97,19 @@ class _Batch:
 class LoadGenerator:
     """``await LoadGenerator(url, plan).run(stop)``; ``wait_accepted(k)`` for milestones."""
 
-    def __init__(self, base_url: str, plan: LoadPlan, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        plan: LoadPlan,
+        api_key: str | None = None,
+        *,
+        http_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.plan = plan
+        self._http_transport = http_transport
+        # keys unique to this run: another run's batch k is other data
+        self._key_prefix = uuid.uuid4().hex[:16]
         self._headers = {"content-type": "application/x-ndjson"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -140,6 +158,7 @@ class LoadGenerator:
                 timeout=httpx.Timeout(plan.request_timeout),
                 trust_env=False,
                 headers=self._headers,
+                transport=self._http_transport,
             ) as client:
 
                 async def worker() -> None:
@@ -165,16 +184,21 @@ class LoadGenerator:
         summary = self.summary
         body = batch.body()
         url = f"/v1/projects/{batch.project}/messages"
+        headers = {}
+        if self.plan.idempotency_keys:
+            headers["idempotency-key"] = f"{self._key_prefix}-{batch.first}"
         for _ in range(self.plan.max_attempts):
             summary.attempts += 1
             try:
-                response = await client.post(url, content=body)
+                response = await client.post(url, content=body, headers=headers)
             except httpx.TransportError:
                 summary.transport_errors += 1
                 summary.retried += 1
                 await anyio.sleep(0.5)
                 continue
-            if response.status_code == 202:
+            replayed = response.status_code == 200 and bool(headers)
+            if response.status_code == 202 or replayed:
+                summary.replayed += replayed
                 ids = response.json()["message_ids"]
                 if len(ids) != batch.count:
                     raise AssertionError(

@@ -151,7 +151,13 @@ def devices(
 ) -> None:
     """Simulate IoT devices: post NDJSON batches over many projects to a gateway."""
     plan = LoadPlan(
-        messages=None, projects=projects, batch=batch, concurrency=8, rate=rate, keep_ids=False
+        messages=None,
+        projects=projects,
+        batch=batch,
+        concurrency=8,
+        rate=rate,
+        keep_ids=False,
+        idempotency_keys=True,
     )
     console = Console(highlight=False, stderr=True)
 

@@ -20,6 +20,7 @@ from core.ingest import IngestLimits
 from core.messages import Envelope, MessageKind, Outcome
 from core.partitioning import partition_for
 from core.ports import IdempotencyStore
+from services.cli.devices import LoadGenerator, LoadPlan, project_id
 from services.gateway.app import create_app
 
 pytestmark = pytest.mark.anyio
@@ -250,3 +251,58 @@ async def test_one_key_sent_twice_at_once_to_one_gateway_publishes_once() -> Non
         assert answers[0].json() == answers[1].json()
         assert slow.publishes == 2  # the announcement and the data, once
         assert len(_data(await _stored(slow))) == 3
+
+
+class _LoseFirstAnswers(httpx.AsyncBaseTransport):
+    """Deliver each request to the gateway, but lose the answer to the first attempt of
+    every batch, as a dropped connection after the gateway stored it would."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self._seen: set[bytes] = set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        body = request.content
+        if body not in self._seen:
+            self._seen.add(body)
+            await response.aclose()
+            raise httpx.ReadError("connection reset after the request was sent", request=request)
+        return response
+
+
+@pytest.mark.parametrize("keys", [True, False], ids=["keyed", "unkeyed"])
+async def test_the_device_simulator_retrying_lost_answers_lands_each_batch_once_with_keys(
+    keys: bool,
+) -> None:
+    plan = LoadPlan(messages=60, projects=3, batch=5, concurrency=2, idempotency_keys=keys)
+    async with InMemoryTransport() as memory:
+        app = create_app(
+            memory,
+            gateway_id="gw-a",
+            partitions=128,
+            limits=IngestLimits(max_body_bytes=10_000, max_message_bytes=1_000, max_messages=50),
+            publish_timeout=5.0,
+            retry_after_seconds=1,
+            idempotency=InMemoryIdempotencyStore(book=AnswerBook(window=600, max_entries=1_000)),
+        )
+        generator = LoadGenerator(
+            "http://gw", plan, http_transport=_LoseFirstAnswers(httpx.ASGITransport(app=app))
+        )
+        with anyio.fail_after(30):
+            summary = await generator.run()
+        stored = [
+            e
+            for p in {partition_for(project_id(i), 128) for i in (1, 2, 3)}
+            for e in _data(await _stored(memory, p))
+        ]
+    assert summary.transport_errors == 12  # every batch's first answer was lost
+    assert summary.accepted_count == 60
+    assert sorted(summary.accepted.values()) == list(range(60))
+    if keys:
+        assert summary.replayed == 12
+        assert len(stored) == 60
+        assert {e.message_id for e in stored} == set(summary.accepted)
+    else:  # without keys each retry is a new request: every batch lands twice
+        assert summary.replayed == 0
+        assert len(stored) == 120
