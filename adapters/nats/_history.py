@@ -115,9 +115,7 @@ class NatsHistory(Lifecycle):
                 s.stream, self._consumer_config(partition, first, project_id)
             )
         except (nats.errors.Error, TimeoutError) as exc:
-            raise BrokerUnavailableError(
-                f"NATS: creating a replay consumer on {s.stream}: {exc!r}"
-            ) from exc
+            raise BrokerUnavailableError(f"NATS: starting a replay on {s.stream}: {exc!r}") from exc
         try:
             async for message in self._messages(consumer, last, window, project_id):
                 yield message

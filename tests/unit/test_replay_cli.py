@@ -4,6 +4,8 @@ nothing (no file appears) and says why in one line. (Replays against real broker
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,18 @@ def test_an_unreachable_broker_is_exit_1_and_leaves_no_file(tmp_path: Path) -> N
     assert result.output.startswith("error: nats: ")
     assert "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == [], "a partial or temporary file was left"
+
+
+def test_without_settings_it_reaches_the_broker_of_the_running_shoal_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = f"nats://127.0.0.1:{free_port()}"  # nothing listens: the error names what was used
+    state = {"pid": os.getpid(), "status_urls": [], "transport_env": {"SHOAL_NATS_URL": url}}
+    (tmp_path / "up.json").write_text(json.dumps(state))
+    monkeypatch.setenv("SHOAL_STATE_DIR", str(tmp_path))
+    for name in ("SHOAL_TRANSPORT", "SHOAL_NATS_URL"):
+        monkeypatch.setenv(name, "")  # recorded, so what the command sets is undone too
+        monkeypatch.delenv(name)
+    result = runner.invoke(app, ["replay", "--partition", "0", "--from", "0"])
+    assert result.exit_code == 1
+    assert url in result.output
