@@ -86,7 +86,7 @@ def _say(summary: dict[str, Any], as_json: bool) -> None:
         return
     of = (
         f"project {summary['project']} (partition {summary['partition']})"
-        if ("project" in summary)
+        if "project" in summary
         else f"partition {summary['partition']}"
     )
     count = summary["count"]
