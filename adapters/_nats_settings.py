@@ -61,13 +61,20 @@ class NatsSettings(ConnectionSecurity):
     retention: Literal["limits", "workqueue"] = Field(
         default="limits",
         description="limits: acks move each consumer's ack floor and messages age out after "
-        "max_age (cheap acks; replayable); workqueue: an ack deletes the message (under "
-        "sync_interval always, one fsync per ack)",
+        "max_age or past max_bytes (cheap acks; `shoal replay` can read them; costs disk); "
+        "workqueue: an ack deletes the message (under sync_interval always, one fsync per "
+        "ack; nothing to replay)",
     )
     max_age: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,
         description="limits retention: how long a message is kept, consumed or not",
+    )
+    max_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="limits retention: the stream's size cap (unset: none); past it the "
+        "oldest messages are dropped, consumed or not",
     )
     ack_wait: float = Field(
         default=30.0,

@@ -20,6 +20,7 @@ from core.dead_letters import DeadLetter
 from core.idempotency import IdempotentAnswer
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
+from core.replay import StoredMessage, Window
 from core.retry import DeadLetterReason
 from core.table import Commit, LandedFile, StoredFile, TableState
 
@@ -30,6 +31,7 @@ __all__ = [
     "DeadLetterQueue",
     "Delivery",
     "Election",
+    "History",
     "HoldStore",
     "IdempotencyStore",
     "LandingLog",
@@ -351,6 +353,22 @@ class DeadLetterQueue(Protocol):
         """Drop the named letters (every one when None); returns how many stored letters
         were dropped. Raises ``UnknownDeadLetterError`` (nothing changed) when an id is not
         stored."""
+        ...
+
+
+class History(Protocol):
+    """The transport's stored messages, read again in log order (``shoal replay``),
+    without touching any consumer's progress: nothing is acked, nothing redelivered."""
+
+    def read(
+        self, partition: Partition, window: Window, project_id: str | None = None
+    ) -> AsyncIterator[StoredMessage]:
+        """Yield the messages of ``partition`` inside ``window`` (``core.replay``), oldest
+        first, only those of ``project_id`` when given. The iteration ends: at the end
+        bound, else at the last message stored when it started. Raises
+        ``NotReplayableError`` when the broker does not keep consumed messages,
+        ``ValueError`` for a partition the transport does not have,
+        ``BrokerUnavailableError`` when the broker does not answer in time."""
         ...
 
 

@@ -9,7 +9,8 @@ group ``shoal.{group}`` without joining it; per-record settlement (bulk ack, dea
 ack deadlines and delivery counts are emulated on top (``_subscription``,
 ``_settlements``).
 Dead letters go to ``shoal.dlq`` (``_dead_letter``; ``KafkaDeadLetterQueue`` lists, replays
-and purges them), registration replies to ``shoal.reg``.
+and purges them), registration replies to ``shoal.reg``. ``KafkaHistory`` reads the data
+topic again (``shoal replay``), by offset or by time.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.
 
 Coordination (``KafkaMembership``, ``KafkaLoadReports``, ``KafkaElection``,
@@ -28,6 +29,7 @@ while their member's session is in the group.
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.kafka._dead_letter_queue import KafkaDeadLetterQueue
 from adapters.kafka._election import KafkaElection, KafkaLeadership
+from adapters.kafka._history import KafkaHistory
 from adapters.kafka._idempotency import KafkaIdempotencyStore
 from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
 from adapters.kafka._reports import KafkaLoadReports
@@ -43,6 +45,7 @@ __all__ = [
     "KafkaDeadLetterQueue",
     "KafkaDelivery",
     "KafkaElection",
+    "KafkaHistory",
     "KafkaHoldStore",
     "KafkaIdempotencyStore",
     "KafkaLeadership",

@@ -45,7 +45,12 @@ async def ensure_topics(admin: Any, settings: KafkaSettings) -> None:
     if s.create_topics:
         base = {"min.insync.replicas": str(s.min_insync_replicas), **s.topic_config}
         wanted = [
-            NewTopic(s.topic, s.partitions, s.replication_factor, topic_configs=base),
+            NewTopic(
+                s.topic,
+                s.partitions,
+                s.replication_factor,
+                topic_configs={**base, **s.data_topic_config()},
+            ),
             NewTopic(s.dead_letter_topic, 1, s.replication_factor, topic_configs=base),
             NewTopic(
                 s.registration_topic,

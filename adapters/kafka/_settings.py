@@ -69,6 +69,18 @@ class KafkaSettings(ConnectionSecurity):
     )
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int = Field(default=1, ge=1)
+    retention_age: float | None = Field(
+        default=None,
+        gt=0,
+        description="the data topic's retention.ms in seconds (unset: the broker's default, "
+        "7 days): how far back `shoal replay` can read; set when the topic is created",
+    )
+    retention_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="the data topic's retention.bytes, per partition (unset: the broker's "
+        "default, no cap); set when the topic is created",
+    )
     topic_config: dict[str, str] = Field(
         default_factory=dict, description="extra topic configs applied when creating topics"
     )
@@ -201,6 +213,16 @@ class KafkaSettings(ConnectionSecurity):
     def offsets_group_id(self) -> str:
         """The group the transport commits offsets under (never joined)."""
         return f"shoal.{self.group}"
+
+    def data_topic_config(self) -> dict[str, str]:
+        """The data topic's configs at creation: retention from the two settings above,
+        then ``topic_config`` (which wins)."""
+        retention: dict[str, str] = {}
+        if self.retention_age is not None:
+            retention["retention.ms"] = str(self.ms(self.retention_age))
+        if self.retention_bytes is not None:
+            retention["retention.bytes"] = str(self.retention_bytes)
+        return {**retention, **self.topic_config}
 
     def ms(self, seconds: float) -> int:
         """Seconds as whole milliseconds (aiokafka takes ``*_ms`` integers)."""

@@ -9,6 +9,7 @@ Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership`
 from adapters.memory._api_keys import InMemoryApiKeys
 from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
+from adapters.memory._history import InMemoryHistory
 from adapters.memory._idempotency import InMemoryIdempotencyStore
 from adapters.memory._landing_log import InMemoryLandingLog
 from adapters.memory._ledger import InMemoryLedger
@@ -30,6 +31,7 @@ __all__ = [
     "InMemoryAssignmentStore",
     "InMemoryCoordination",
     "InMemoryElection",
+    "InMemoryHistory",
     "InMemoryHoldStore",
     "InMemoryIdempotencyStore",
     "InMemoryLandingLog",

@@ -12,7 +12,9 @@ one durable consumer per partition on NATS):
   no bound: the consumer applies the retry budget, ``core.retry``);
 - ``backlog`` counts stored messages not yet acked (ready, delayed and in flight);
 - a message's ``position`` is its seq: one counter over every partition, so positions of
-  one partition grow with publish order but have gaps (as NATS stream sequences do).
+  one partition grow with publish order but have gaps (as NATS stream sequences do);
+- every stored message is also kept, with its wall-clock store time, in ``history`` (as a
+  limits-retention stream keeps consumed messages): ``InMemoryHistory`` reads it.
 
 Time is the event loop's clock (``anyio.current_time``). As on NATS, deadlines are acted
 on when somebody looks (fetch, backlog), not by a background task. Nothing survives the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,6 +40,7 @@ from adapters._lifecycle import Lifecycle
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Delivery, Subscription
+from core.replay import StoredMessage
 
 __all__ = ["InMemoryTransport"]
 
@@ -91,6 +95,7 @@ class InMemoryTransport(Lifecycle):
         self.log_id = f"memory:{uuid.uuid4().hex}"  # one log per transport object
         self._dead_letters = 0
         self.registrations: list[tuple[Partition, str, str]] = []
+        self.history: dict[Partition, list[StoredMessage]] = {}
 
     @property
     def dead_letters(self) -> int:
@@ -122,6 +127,9 @@ class InMemoryTransport(Lifecycle):
             self._next_seq = entry.seq + 1
             q.entries[entry.seq] = entry
             heapq.heappush(q.ready, entry.seq)
+            self.history.setdefault(e.partition, []).append(
+                StoredMessage(e, entry.seq, time.time())
+            )
             touched.add(e.partition)
         for p in touched:
             self._queues[p].notify()

@@ -305,6 +305,7 @@ class NatsTransport(Lifecycle):
             if limits
             else js_api.RetentionPolicy.WORK_QUEUE,
             max_age=s.max_age if limits else None,
+            max_bytes=s.max_bytes if limits else None,
             storage=js_api.StorageType(s.storage),
             num_replicas=s.replicas,
             duplicate_window=s.duplicate_window,

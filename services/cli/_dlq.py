@@ -5,10 +5,7 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -21,10 +18,8 @@ from rich.table import Table
 from core.dead_letters import DeadLetter, UnknownDeadLetterError
 from core.errors import ShoalError
 from core.ports import DeadLetterQueue
-from services.cli._status import find_stacks, state_file
-from services.common.backends import Backends
+from services.cli._broker import payload_fields, transport_backends
 from services.common.lifecycle import sole_error
-from services.common.settings import ShoalSettings, load_settings
 
 __all__ = ["dlq_app", "stored_letters"]
 
@@ -49,21 +44,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _run(action: Callable[[DeadLetterQueue], Awaitable[T]]) -> T:
     """Open the configured transport's dead-letter queue, run ``action``, close it."""
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # our error line says it
-    for stack in find_stacks(state_file()):
-        for name, value in stack.transport_env.items():
-            os.environ.setdefault(name, value)  # the user's own settings win
-    shoal = load_settings(ShoalSettings)
-    backends = Backends()
-    backends.config.from_dict(
-        {
-            "coordination": shoal.coordination,
-            "transport": shoal.transport,
-            "group": shoal.group,
-            "partitions": shoal.partitions,
-            "strategy": shoal.strategy,
-        }
-    )
+    shoal, backends = transport_backends()
 
     async def main() -> T:
         async with backends.dead_letter_queue() as queue:
@@ -98,13 +79,6 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
-def _payload(data: bytes) -> dict[str, str]:
-    try:
-        return {"payload": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"payload_base64": base64.b64encode(data).decode()}
-
-
 def _json(letter: DeadLetter, *, payload: bool) -> dict[str, Any]:
     e = letter.envelope
     document: dict[str, Any] = {
@@ -122,7 +96,7 @@ def _json(letter: DeadLetter, *, payload: bool) -> dict[str, Any]:
         "payload_bytes": len(e.payload),
     }
     if payload:
-        document.update(_payload(e.payload))
+        document.update(payload_fields(e.payload))
     return document
 
 

@@ -19,6 +19,7 @@ from services.cli import _simulate, _status
 from services.cli._analytics import analytics_app
 from services.cli._dlq import dlq_app
 from services.cli._keys import keys_app
+from services.cli._replay import replay
 from services.cli.devices import LoadPlan, LoadSummary, run_devices
 
 __all__ = ["app", "main"]
@@ -55,6 +56,7 @@ app = typer.Typer(
 app.add_typer(analytics_app, name="analytics")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(keys_app, name="keys")
+app.command("replay")(replay)
 
 
 def _fail(message: str) -> NoReturn:

@@ -24,6 +24,7 @@ from adapters.kafka import (
     KafkaAssignmentStore,
     KafkaDeadLetterQueue,
     KafkaElection,
+    KafkaHistory,
     KafkaHoldStore,
     KafkaIdempotencyStore,
     KafkaLoadReports,
@@ -34,6 +35,7 @@ from adapters.kafka import (
 )
 from adapters.nats import (
     NatsDeadLetterQueue,
+    NatsHistory,
     NatsIdempotencyStore,
     NatsSettings,
     NatsTransport,
@@ -122,6 +124,11 @@ class Backends(containers.DeclarativeContainer):
         config.transport,
         nats=providers.Factory(NatsDeadLetterQueue, nats_settings),
         kafka=providers.Factory(KafkaDeadLetterQueue, kafka_settings),
+    )
+    history = providers.Selector(
+        config.transport,
+        nats=providers.Factory(NatsHistory, nats_settings),
+        kafka=providers.Factory(KafkaHistory, kafka_settings),
     )
     # The gateways' Idempotency-Key records, on the transport's broker; the caller passes
     # ``window=`` (SHOAL_GATEWAY_IDEMPOTENCY_WINDOW).

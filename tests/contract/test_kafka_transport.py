@@ -12,12 +12,18 @@ import anyio.to_thread
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, unused-ignore]
+from aiokafka.admin.config_resource import (  # type: ignore[import-untyped, unused-ignore]
+    ConfigResource,
+    ConfigResourceType,
+)
 
-from adapters.kafka import KafkaDeadLetterQueue, KafkaSettings, KafkaTransport
+from adapters.kafka import KafkaDeadLetterQueue, KafkaHistory, KafkaSettings, KafkaTransport
 from adapters.kafka._settlements import Settlements
 from core.errors import BrokerUnavailableError, PublishError
+from core.replay import AtPosition, Window
 from infra.local._testservers import ServerInfo
 from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
+from tests.contract._history import HistoryContract, HistoryFactory, read
 from tests.contract._transport import (
     ACK_WAIT,
     ClosableTransport,
@@ -340,3 +346,36 @@ class TestKafkaDeadLetterQueue(DeadLetterQueueContract):
     @pytest.fixture
     def make_queue(self, settings: KafkaSettings) -> QueueFactory:
         return lambda: KafkaDeadLetterQueue(settings)
+
+
+@pytest.mark.kafka
+class TestKafkaHistory(HistoryContract):
+    @pytest.fixture
+    def make_history(self, settings: KafkaSettings) -> HistoryFactory:
+        return lambda _transport: KafkaHistory(settings)
+
+    async def test_a_partition_the_topic_does_not_have_is_refused(
+        self, history: KafkaHistory
+    ) -> None:
+        with pytest.raises(ValueError, match=r"outside 0\.\.15"):
+            await read(history, PARTITIONS, Window(AtPosition(0)))
+
+
+@pytest.mark.kafka
+@pytest.mark.anyio
+async def test_the_data_topic_is_created_with_the_retention_asked_for(
+    settings: KafkaSettings,
+) -> None:
+    kept = settings.model_copy(update={"retention_age": 3600.0, "retention_bytes": 10**9})
+    async with KafkaTransport(kept):
+        pass
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, settings.topic)]
+        )
+    finally:
+        await admin.close()
+    configs = {entry[0]: entry[1] for entry in response.resources[0][4]}
+    assert (configs["retention.ms"], configs["retention.bytes"]) == ("3600000", "1000000000")

@@ -18,12 +18,14 @@ from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
 from adapters._nats_durability import check_stream
-from adapters.nats import NatsDeadLetterQueue, NatsSettings, NatsTransport
+from adapters.nats import NatsDeadLetterQueue, NatsHistory, NatsSettings, NatsTransport
 from core.errors import DurabilityError, PublishError
+from core.replay import AtPosition, NotReplayableError, Window
 from infra.local._handles import RunningNats
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_nats
 from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
+from tests.contract._history import HistoryContract, HistoryFactory, read
 from tests.contract._transport import (
     ACK_WAIT,
     ClosableTransport,
@@ -150,6 +152,55 @@ class TestNatsDeadLetterQueue(DeadLetterQueueContract):
     @pytest.fixture
     def make_queue(self, settings: NatsSettings) -> QueueFactory:
         return lambda: NatsDeadLetterQueue(settings)
+
+
+@pytest.mark.nats
+class TestNatsHistory(HistoryContract):
+    @pytest.fixture
+    def make_history(self, settings: NatsSettings) -> HistoryFactory:
+        return lambda _transport: NatsHistory(settings)
+
+    async def test_a_read_leaves_no_consumer_behind(
+        self, history: NatsHistory, slices: object, settings: NatsSettings
+    ) -> None:
+        nc = await nats.connect(settings.url)
+        try:
+            names = [c.name for c in await nc.jetstream().consumers_info(settings.stream)]
+        finally:
+            await nc.close()
+        assert not [n for n in names if n.startswith("replay-")]
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_a_work_queue_stream_is_not_replayable_and_says_how_to_switch(
+    settings: NatsSettings,
+) -> None:
+    workqueue = settings.model_copy(update={"retention": "workqueue"})
+    async with NatsTransport(workqueue) as transport:
+        await transport.publish([envelope(2)])
+    async with NatsHistory(workqueue) as history:
+        with pytest.raises(NotReplayableError, match=r"SHOAL_NATS_RETENTION=limits") as caught:
+            await read(history, 2, Window(AtPosition(0)))
+    assert "acked message is deleted" in str(caught.value)
+    assert "SHOAL_NATS_MAX_BYTES" in str(caught.value)
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_limits_retention_has_the_max_age_and_max_bytes_asked_for(
+    settings: NatsSettings,
+) -> None:
+    capped = settings.model_copy(update={"max_age": 3600.0, "max_bytes": 64 * 1024 * 1024})
+    async with NatsTransport(capped):
+        pass
+    nc = await nats.connect(settings.url)
+    try:
+        config = (await nc.jetstream().stream_info(settings.stream)).config
+    finally:
+        await nc.close()
+    assert config.retention == js_api.RetentionPolicy.LIMITS
+    assert (config.max_age, config.max_bytes) == (3600.0, 64 * 1024 * 1024)
 
 
 # -- durability: what the server promises, checked at start ---------------------------------
