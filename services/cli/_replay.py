@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -205,9 +206,19 @@ def replay(
         if temporary is not None:
             with contextlib.suppress(FileNotFoundError):
                 temporary.unlink()
+        if isinstance(sole_error(raised), BrokenPipeError):
+            _reader_left()
         _explain(sole_error(raised), shoal.transport)
         raise
     _say(tally.summary(target, project), as_json)
+
+
+def _reader_left() -> NoReturn:
+    """The reader of stdout went away (``| head``): stop quietly, as Unix tools do. Python
+    would try to flush the closed pipe again at exit, so stdout goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise typer.Exit(0)
 
 
 def _explain(exc: BaseException, transport: str) -> None:

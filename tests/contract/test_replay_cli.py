@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -229,3 +231,32 @@ def test_a_work_queue_stream_is_refused_with_how_to_switch(
     assert result.exit_code == 1
     assert "SHOAL_NATS_RETENTION=limits" in result.output
     assert not any(p.suffix in (".jsonl", ".tmp") for p in tmp_path.iterdir())
+
+
+@pytest.mark.nats
+def test_a_reader_that_stops_early_ends_the_replay_quietly(
+    nats_broker: Broker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``shoal replay ... | head -1``: the pipe closes while lines are still coming."""
+    monkeypatch.setenv("SHOAL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SHOAL_PARTITIONS", str(PARTITIONS))
+
+    async def publish() -> None:
+        transport: AbstractAsyncContextManager[Transport] = nats_broker.transport()
+        async with transport as t:
+            for k in range(20):  # about 400 KB of lines: far more than a pipe buffers
+                await t.publish([_envelope(PROJECT, 100 * k + i) for i in range(100)])
+
+    anyio.run(publish)
+    command = [sys.executable, "-c", "from services.cli.main import main; main()"]
+    with subprocess.Popen(
+        [*command, "replay", "--project", PROJECT, "--from", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as reader:
+        assert reader.stdout is not None and reader.stderr is not None
+        assert json.loads(reader.stdout.readline())["project"] == PROJECT
+        reader.stdout.close()
+        errors = reader.stderr.read().decode()
+        assert reader.wait(timeout=60) == 0, errors
+    assert errors == ""
