@@ -127,6 +127,10 @@ class HandlerSettings(BaseSettings):
     keepalive_interval: float = Field(default=10.0, gt=0)
     # A project counts toward project_count while it sent data this recently (seconds).
     project_idle: float = Field(default=300.0, gt=0)
+    # Each load report carries the top_projects registered projects with the most rows
+    # landed in the last project_window seconds (rounded up to whole stats intervals).
+    top_projects: int = Field(default=10, ge=0, le=100)
+    project_window: float = Field(default=60.0, gt=0)
     # A project's registration (the registry, in the coordination store) lives this long
     # (seconds) past its last refresh; the owner refreshes the projects that sent data every
     # quarter of it. At most max_projects_per_partition live registrations per partition:
