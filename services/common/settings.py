@@ -178,6 +178,12 @@ class LeaderSettings(BaseSettings):
     peers: Annotated[tuple[str, ...], NoDecode] = ()
     # `shoal analytics weights` output: the `weighted` strategy balances these loads.
     weights_file: Path | None = None
+    # The backlog alert: a WARNING when a partition's oldest unacked message is older than
+    # backlog_alert_age seconds (and one when it recovers), looked at every backlog_interval.
+    backlog_alert_age: float = Field(default=60.0, gt=0)
+    backlog_interval: float = Field(default=5.0, gt=0)
+    # How many projects the status document's volume ranking shows.
+    top_projects: int = Field(default=10, ge=0, le=100)
 
     @field_validator("peers", mode="before")
     @classmethod
