@@ -57,9 +57,12 @@ class StatsJson(BaseModel):
     project_count: int = 0
     last_message_id: str = ""
     rate: float = 0.0
+    top_projects: tuple[tuple[str, int], ...] = ()
 
     def to_stats(self) -> MemberStats:
-        return MemberStats(self.cpu, self.project_count, self.last_message_id, self.rate)
+        return MemberStats(
+            self.cpu, self.project_count, self.last_message_id, self.rate, self.top_projects
+        )
 
 
 class _Assignment(BaseModel):

@@ -39,6 +39,9 @@ class MemberStats:
     project_count: int = 0
     last_message_id: str = ""
     rate: float = 0.0
+    # The member's busiest projects in its recent window, most messages first, as
+    # (project id, messages landed): at most the handler's top_projects of them.
+    top_projects: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

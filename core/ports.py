@@ -328,6 +328,14 @@ class Transport(Protocol):
         ``BrokerUnavailableError`` when the broker does not answer."""
         ...
 
+    async def oldest_unacked(self, partition: Partition) -> float | None:
+        """When the broker stored the oldest message of ``partition`` that is not acked yet
+        (nor dead-lettered), in seconds since the epoch by the broker's clock (NATS: the
+        stream message's time; Kafka: the record's timestamp); None when every stored
+        message is acked. One bounded read: the caller turns it into an age with its own
+        clock. Raises ``BrokerUnavailableError`` when the broker does not answer."""
+        ...
+
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         """Answer a project announcement (the reference's reg.response). Best effort."""
         ...

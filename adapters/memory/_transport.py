@@ -11,14 +11,16 @@ one durable consumer per partition on NATS):
 - a dead-lettered message is removed and handed to the dead-letter hook (redelivery has
   no bound: the consumer applies the retry budget, ``core.retry``);
 - ``backlog`` counts stored messages not yet acked (ready, delayed and in flight);
+  ``oldest_unacked`` is when the first of them was stored, by the ``clock`` given (the
+  wall clock by default);
 - a message's ``position`` is its seq: one counter over every partition, so positions of
   one partition grow with publish order but have gaps (as NATS stream sequences do);
 - every stored message is also kept, with its wall-clock store time, in ``history`` (as a
   limits-retention stream keeps consumed messages): ``InMemoryHistory`` reads it.
 
-Time is the event loop's clock (``anyio.current_time``). As on NATS, deadlines are acted
-on when somebody looks (fetch, backlog), not by a background task. Nothing survives the
-process: the ``persistent`` feature is false.
+Deadlines are on the event loop's clock (``anyio.current_time``). As on NATS, they are
+acted on when somebody looks (fetch, backlog), not by a background task. Nothing survives
+the process: the ``persistent`` feature is false.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -51,6 +53,7 @@ log = logging.getLogger("shoal.adapters.memory")
 class _Entry:
     seq: int
     envelope: Envelope
+    stored_at: float
     deliveries: int = 0
     token: int = 0  # changes on every delivery, nak and expiry: stale settlements are no-ops
     inflight: bool = False
@@ -82,12 +85,14 @@ class InMemoryTransport(Lifecycle):
         ack_wait: float = 5.0,
         duplicate_window: float = 120.0,
         dead_letter: DeadLetterHook | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if ack_wait <= 0 or duplicate_window < 0:
             raise ValueError("need ack_wait > 0 and duplicate_window >= 0")
         self.ack_wait = ack_wait
         self.duplicate_window = duplicate_window
         self._hook = dead_letter or log_dead_letter
+        self._clock = clock
         self._queues: dict[Partition, _Queue] = {}
         self._seen: OrderedDict[str, float] = OrderedDict()  # message_id -> stored at
         self._seq = itertools.count(1)
@@ -118,12 +123,13 @@ class InMemoryTransport(Lifecycle):
         while self._seen and next(iter(self._seen.values())) <= now - self.duplicate_window:
             self._seen.popitem(last=False)
         touched: set[Partition] = set()
+        stored_at = self._clock()
         for e in envelopes:
             if e.message_id in self._seen:
                 continue
             self._seen[e.message_id] = now
             q = self._queue(e.partition)
-            entry = _Entry(next(self._seq), e)
+            entry = _Entry(next(self._seq), e, stored_at)
             self._next_seq = entry.seq + 1
             q.entries[entry.seq] = entry
             heapq.heappush(q.ready, entry.seq)
@@ -142,6 +148,11 @@ class InMemoryTransport(Lifecycle):
         await anyio.lowlevel.checkpoint()
         self._expire(partition)
         return len(self._queue(partition).entries)
+
+    async def oldest_unacked(self, partition: Partition) -> float | None:
+        await anyio.lowlevel.checkpoint()
+        entries = self._queue(partition).entries
+        return entries[min(entries)].stored_at if entries else None
 
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         if not is_valid_project_id(project_id):

@@ -284,6 +284,46 @@ class NatsTransport(Lifecycle):
             count += sum((si.state.subjects or {}).values())
         return count
 
+    async def oldest_unacked(self, partition: Partition) -> float | None:
+        """The stored time of the first message on the partition's subjects after the
+        durable consumer's ack floor (from the stream's start before the consumer exists);
+        None when the backlog is empty. Raises ``BrokerUnavailableError`` when JetStream
+        does not answer."""
+        try:
+            return await self._oldest_unacked(partition)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise BrokerUnavailableError(
+                f"NATS: oldest unacked message of partition {partition}: {exc!r}"
+            ) from exc
+
+    async def _oldest_unacked(self, partition: Partition) -> float | None:
+        js = self._jetstream()
+        s = self.settings
+        floor = 0
+        try:
+            info = await js.consumer_info(
+                s.stream, self.subjects.consumer_name(partition), timeout=s.request_timeout
+            )
+        except NotFoundError:
+            pass
+        else:
+            if not (info.num_pending or 0) + (info.num_ack_pending or 0):
+                return None
+            if info.ack_floor is not None:
+                floor = info.ack_floor.stream_seq or 0
+        # Acks can land out of order: a message above the floor may be acked already, but
+        # the first one after it is not (that is what the floor means).
+        oldest: tuple[int, float] | None = None
+        for subject in self.subjects.consumer_filters(partition):
+            try:
+                msg = await js.get_msg(s.stream, seq=floor + 1, subject=subject, next=True)
+            except NotFoundError:
+                continue
+            if msg.seq is not None and msg.time is not None:
+                found = (msg.seq, msg.time.timestamp())
+                oldest = found if oldest is None or found < oldest else oldest
+        return None if oldest is None else oldest[1]
+
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         """Core NATS publish of ``{"project", "partition", "handler"}`` to the project's
         reg.response subject: not stored, lost when nobody listens (best effort)."""

@@ -1,8 +1,9 @@
-"""``shoal status``: who leads, which handler owns each partition, lag and rates.
+"""``shoal status``: who leads, which handler owns each partition, lag and rates, the
+group's backlog and the busiest projects.
 
 In the manner of ``kafka-consumer-groups --describe``: it reads the leader's ``GET /status``
 document (any leader replica serves it, active or standby) and prints tables, or with
-``--json`` one object ``{"leader", "members", "partitions"}``.
+``--json`` one object ``{"leader", "members", "partitions", "group", "top_projects"}``.
 
 Without ``--url`` it finds the stack that ``shoal up`` started from its state file,
 ``${SHOAL_STATE_DIR:-$HOME/.local/state/shoal}/up.json``::
@@ -157,12 +158,16 @@ def first_answer(urls: Iterable[str], timeout: float) -> tuple[str, dict[str, An
 
 
 def json_view(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The documented shape: ``leader``, ``members`` and ``partitions`` (each with
-    ``partition``, ``owner``, ``generation``, ``lag``; extra keys inside are kept)."""
+    """The documented shape: ``leader``, ``members``, ``partitions`` (each with
+    ``partition``, ``owner``, ``generation``, ``lag``, ``oldest_unacked_age_s``; extra keys
+    inside are kept), ``group`` (the backlog totals; null from a leader that predates them)
+    and ``top_projects`` (``[{"project", "messages"}]``, busiest first)."""
     return {
         "leader": document.get("leader"),
         "members": list(document.get("members") or []),
         "partitions": list(document.get("partitions") or []),
+        "group": document.get("group"),
+        "top_projects": list(document.get("top_projects") or []),
     }
 
 
@@ -173,6 +178,11 @@ def _number(value: object, digits: int = 1) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "-"
     return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _age(value: object) -> str:
+    number = _number(value)
+    return number if number == "-" else f"{number} s"
 
 
 def _owner(value: object) -> str:
@@ -219,14 +229,18 @@ def members_table(members: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def partitions_table(partitions: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per partition; a RATE column when the document gives partitions a rate
-    (today it gives rates per handler only: see the HANDLERS table)."""
+    """One row per partition; an OLDEST column (the oldest unacked message's age) when
+    the document has one, a RATE column when it gives partitions a rate (today it gives
+    rates per handler only: see the HANDLERS table)."""
+    with_age = any("oldest_unacked_age_s" in p for p in partitions)
     with_rate = any(isinstance(p.get("rate"), int | float) for p in partitions)
     table = Table(title="PARTITIONS", title_justify="left", box=None, header_style="bold")
     table.add_column("PARTITION", justify="right")
     table.add_column("OWNER")
     table.add_column("GENERATION", justify="right")
     table.add_column("LAG", justify="right")
+    if with_age:
+        table.add_column("OLDEST", justify="right")
     if with_rate:
         table.add_column("RATE/s", justify="right")
     table.add_column("HOLDER")
@@ -239,6 +253,8 @@ def partitions_table(partitions: Sequence[Mapping[str, Any]]) -> Table:
             _number(entry.get("generation")),
             _number(entry.get("lag")),
         ]
+        if with_age:
+            cells.append(_age(entry.get("oldest_unacked_age_s")))
         if with_rate:
             cells.append(_number(entry.get("rate")))
         cells.append(Text(f"{holder} (handoff)", style="yellow") if moving else Text(holder))
@@ -257,6 +273,33 @@ def _totals(document: Mapping[str, Any]) -> str:
         f"{len(members)} handlers · {len(partitions)} partitions ({unowned} without owner)"
         f" · throughput {rate:,.1f} msg/s · total lag {lag}"
     )
+
+
+def _group_line(document: Mapping[str, Any]) -> Text | None:
+    group = document.get("group")
+    if not isinstance(group, Mapping):
+        return None  # a leader from before the document had group totals
+    lag = group.get("total_lag")
+    unknown = group.get("unknown_lag")
+    line = Text(f"group {group.get('name', '?')} · lag {_number(lag)}")
+    if isinstance(unknown, int) and unknown:
+        line.append(f" ({unknown} partitions unknown)")
+    line.append(f" · oldest unacked {_age(group.get('max_oldest_unacked_age_s'))}")
+    line.append(f" · alert age {_age(group.get('alert_age_s'))}")
+    alerting = group.get("alerting")
+    if isinstance(alerting, list) and alerting:
+        listed = ", ".join(str(p) for p in alerting)
+        line.append(f" · ALERTING partitions {listed}", style="bold red")
+    return line
+
+
+def projects_table(projects: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="TOP PROJECTS", title_justify="left", box=None, header_style="bold")
+    table.add_column("PROJECT")
+    table.add_column("MESSAGES", justify="right")
+    for entry in projects:
+        table.add_row(Text(str(entry.get("project", "?"))), _number(entry.get("messages")))
+    return table
 
 
 def _scaling_line(document: Mapping[str, Any]) -> str | None:
@@ -292,6 +335,9 @@ def print_status(console: Console, document: Mapping[str, Any], url: str) -> Non
     if backends:
         console.print(backends, markup=False, soft_wrap=True)
     console.print(_totals(document), markup=False, soft_wrap=True)
+    group = _group_line(document)
+    if group:
+        console.print(group, soft_wrap=True)
     scaling = _scaling_line(document)
     if scaling:
         console.print(scaling, markup=False, soft_wrap=True)
@@ -299,6 +345,10 @@ def print_status(console: Console, document: Mapping[str, Any], url: str) -> Non
     console.print(members_table(members))
     console.print()
     console.print(partitions_table(partitions))
+    projects = [p for p in document.get("top_projects") or [] if isinstance(p, Mapping)]
+    if projects:
+        console.print()
+        console.print(projects_table(projects))
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -308,7 +358,10 @@ def status(
     *,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="print one JSON object: leader, members, partitions"),
+        typer.Option(
+            "--json",
+            help="print one JSON object: leader, members, partitions, group, top_projects",
+        ),
     ] = False,
     url: Annotated[
         str | None,
@@ -321,7 +374,8 @@ def status(
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each status API")] = 5.0,
 ) -> None:
-    """Leader and term, handlers with their stats, and owner/generation/lag per partition."""
+    """Leader and term, handlers with their stats, owner/generation/lag/oldest unacked age
+    per partition, the group's backlog totals and the busiest projects."""
     try:
         if url is not None:
             answered, document = first_answer([url], timeout)

@@ -127,6 +127,10 @@ class HandlerSettings(BaseSettings):
     keepalive_interval: float = Field(default=10.0, gt=0)
     # A project counts toward project_count while it sent data this recently (seconds).
     project_idle: float = Field(default=300.0, gt=0)
+    # Each load report carries the top_projects registered projects with the most rows
+    # landed in the last project_window seconds (rounded up to whole stats intervals).
+    top_projects: int = Field(default=10, ge=0, le=100)
+    project_window: float = Field(default=60.0, gt=0)
     # A project's registration (the registry, in the coordination store) lives this long
     # (seconds) past its last refresh; the owner refreshes the projects that sent data every
     # quarter of it. At most max_projects_per_partition live registrations per partition:
@@ -174,6 +178,12 @@ class LeaderSettings(BaseSettings):
     peers: Annotated[tuple[str, ...], NoDecode] = ()
     # `shoal analytics weights` output: the `weighted` strategy balances these loads.
     weights_file: Path | None = None
+    # The backlog alert: a WARNING when a partition's oldest unacked message is older than
+    # backlog_alert_age seconds (and one when it recovers), looked at every backlog_interval.
+    backlog_alert_age: float = Field(default=60.0, gt=0)
+    backlog_interval: float = Field(default=5.0, gt=0)
+    # How many projects the status document's volume ranking shows.
+    top_projects: int = Field(default=10, ge=0, le=100)
 
     @field_validator("peers", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +22,7 @@ import anyio
 import psutil
 from anyio.abc import TaskGroup
 
+from core.backlog import ProjectVolume, top_projects
 from core.coordination import Hold
 from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
 from core.handoff import (
@@ -131,6 +132,11 @@ class Handler:
         self._project_seen: dict[str, float] = {}  # project -> last data message (monotonic)
         self._refusals_logged: dict[Partition, float] = {}  # when the cap was last logged
         self._landed_times: deque[tuple[float, int]] = deque(maxlen=64)
+        # Rows landed per registered project, one Counter per load report: together the
+        # last project_window seconds. Registered only, like _project_seen (bounded).
+        self._volume: deque[Counter[str]] = deque(
+            [Counter()], maxlen=max(1, math.ceil(settings.project_window / settings.stats_interval))
+        )
         self._last_message_id = ""
         self._process = psutil.Process()
         self._landing_options = LandingOptions(
@@ -514,6 +520,11 @@ class Handler:
         if rows:
             self._last_message_id = rows[-1].envelope.message_id
             self._landed_times.append((time.monotonic(), len(rows)))
+        volume = self._volume[-1]
+        for row in rows:
+            project_id = row.envelope.project_id
+            if project_id in self._projects.get(row.envelope.partition, ()):
+                volume[project_id] += 1
 
     async def _register(self, partition: Partition, project_ids: Sequence[str]) -> None:
         """Register (or refresh) ``project_ids`` on ``partition`` for the registration TTL;
@@ -571,7 +582,14 @@ class Handler:
             project_count=self._active_projects(),
             last_message_id=self._last_message_id,
             rate=self._rate(),
+            top_projects=self._top_projects(),
         )
+
+    def _top_projects(self) -> tuple[ProjectVolume, ...]:
+        """The ranking over the window; the next rows count in a new interval."""
+        ranking = top_projects(sum(self._volume, Counter()), self._settings.top_projects)
+        self._volume.append(Counter())
+        return ranking
 
     def _active_projects(self) -> int:
         """Projects of owned partitions that sent data within ``project_idle`` seconds: the

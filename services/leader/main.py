@@ -26,6 +26,7 @@ from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
 from services.common.settings import LeaderSettings, ShoalSettings, load_settings
+from services.leader.backlog import BacklogAlerter, BacklogReader
 from services.leader.leader_loop import LeaderLoop
 from services.leader.scaling import ScalingLoop
 from services.leader.settings import AutoscalingSettings
@@ -90,6 +91,15 @@ async def serve(container: LeaderContainer) -> None:
             else functools.partial(read_weights_file, settings.weights_file, shoal.partitions),
             registry=container.registry(),
         )
+        backlog = BacklogReader(transport, shoal.partitions, registry=container.registry())
+        alerter = BacklogAlerter(
+            backlog,
+            group=shoal.group,
+            threshold=settings.backlog_alert_age,
+            interval=settings.backlog_interval,
+            is_active=lambda: leader_loop.leadership is not None,
+            registry=container.registry(),
+        )
         reader = StatusReader(
             leader_loop=leader_loop,
             election=election,
@@ -101,6 +111,10 @@ async def serve(container: LeaderContainer) -> None:
             partitions=shoal.partitions,
             backends={"coordination": shoal.coordination, "transport": shoal.transport},
             peers=settings.peers,
+            backlog=backlog,
+            group=shoal.group,
+            alert_age=settings.backlog_alert_age,
+            top_projects=settings.top_projects,
         )
         server = embedded_server(
             create_status_app(reader, container.registry()), settings.host, settings.port
@@ -117,6 +131,7 @@ async def serve(container: LeaderContainer) -> None:
             tg.start_soon(stop_on_signals, stop, 10.0)
             async with anyio.create_task_group() as serving:
                 serving.start_soon(serve_until, server, stop)
+                serving.start_soon(alerter.run, stop)
                 await leader_loop.run(stop)
             # The status server finished its in-flight requests; stop watching signals.
             tg.cancel_scope.cancel()

@@ -1,33 +1,38 @@
 """The read-only status API every leader replica serves (active or standby).
 
 ``GET /status`` is the document behind ``shoal status --json``: ``leader``, ``members``
-and ``partitions`` (each with ``partition``, ``owner``, ``generation``, ``lag``), and
-``scaling`` (see ``StatusReader.scaling``); also ``backends`` (``coordination`` and
-``transport``: what the leader runs on), shown by the dashboard and ``shoal status``.
+and ``partitions`` (each with ``partition``, ``owner``, ``generation``, ``lag``,
+``oldest_unacked_age_s``, ``holder``), ``group`` (the consumer group's backlog totals,
+see ``StatusReader.group``), ``top_projects`` (the projects with the most messages landed
+recently, over every handler's report) and ``scaling`` (see ``StatusReader.scaling``);
+also ``backends`` (``coordination`` and ``transport``: what the leader runs on), shown by
+the dashboard and ``shoal status``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-import anyio
 import httpx
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
+from core.backlog import backlog_alerts, group_backlog, merge_top_projects
 from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership, Transport
 from core.scaling import member_loads
 from services.common.metrics import metrics_response
+from services.leader.backlog import Backlog, BacklogReader, rounded_age
 from services.leader.dashboard import mount_dashboard
 from services.leader.leader_loop import LeaderLoop
 
 
 class StatusReader:
-    """Builds the status document; lag is read at most every ``lag_ttl`` seconds."""
+    """Builds the status document; the backlog (lag and oldest unacked age) is read at most
+    every ``lag_ttl`` seconds, by ``backlog`` when given (one reader shared with the
+    alert and the gauges)."""
 
     def __init__(
         self,
@@ -43,8 +48,14 @@ class StatusReader:
         backends: Mapping[str, str],
         lag_ttl: float = 2.0,
         peers: Sequence[str] = (),
+        backlog: BacklogReader | None = None,
+        group: str = "default",
+        alert_age: float = 60.0,
+        top_projects: int = 10,
     ) -> None:
-        """``backends``: ``{"coordination": ..., "transport": ...}`` as configured."""
+        """``backends``: ``{"coordination": ..., "transport": ...}`` as configured;
+        ``alert_age``: the backlog alert's threshold (seconds); ``top_projects``: how many
+        projects the ranking shows."""
         self._leader_loop = leader_loop
         self._election = election
         self._membership = membership
@@ -54,34 +65,11 @@ class StatusReader:
         self._transport = transport
         self._partitions = partitions
         self._backends = dict(backends)
-        self._lag_ttl = lag_ttl
         self._peers = tuple(p.rstrip("/") for p in peers)
-        self._lag: list[int | None] = [None] * partitions
-        self._lag_read_at = 0.0
-
-    async def lags(self) -> list[int | None]:
-        if time.monotonic() - self._lag_read_at < self._lag_ttl:
-            return self._lag
-        lags: list[int | None] = [None] * self._partitions
-
-        async def read(partition: int) -> None:
-            try:
-                with anyio.fail_after(2.0):
-                    lags[partition] = await self._transport.backlog(partition)
-            except Exception:  # a lag we cannot read shows as null, not as an error page
-                lags[partition] = None
-
-        limiter = anyio.CapacityLimiter(16)
-
-        async def bounded(partition: int) -> None:
-            async with limiter:
-                await read(partition)
-
-        async with anyio.create_task_group() as tg:
-            for partition in range(self._partitions):
-                tg.start_soon(bounded, partition)
-        self._lag, self._lag_read_at = lags, time.monotonic()
-        return lags
+        self._backlog = backlog or BacklogReader(transport, partitions, ttl=lag_ttl)
+        self._group = group
+        self._alert_age = alert_age
+        self._top_projects = top_projects
 
     async def document(self, *, ask_peers: bool = True) -> dict[str, Any]:
         """The status document. A standby replica keeps no rebalance or scaling history of
@@ -114,7 +102,7 @@ class StatusReader:
         reports = await self._reports.reports()
         assignment = await self._store.current()
         holds = await self._holds.holds()
-        lags = await self.lags()
+        backlog = await self._backlog.read()
         owners = assignment.owners if assignment else ((),) * self._partitions
         generation = assignment.generation if assignment else 0
         partitions = [
@@ -122,11 +110,15 @@ class StatusReader:
                 "partition": p,
                 "owner": owners[p][0] if len(owners[p]) == 1 else (list(owners[p]) or None),
                 "generation": generation,
-                "lag": lags[p],
+                "lag": backlog.lags[p],
+                "oldest_unacked_age_s": rounded_age(backlog.ages[p]),
                 "holder": holds[p].member_id if p in holds else None,
             }
             for p in range(self._partitions)
         ]
+        ranking = merge_top_projects(
+            (stats.top_projects for stats in reports.values()), self._top_projects
+        )
         by_member = assignment.by_member() if assignment else {}
         return {
             "leader": None if leader is None else {"id": leader.leader_id, "term": leader.term},
@@ -137,12 +129,34 @@ class StatusReader:
             "backends": self._backends,
             "generation": generation,
             "members": [
-                {"id": m, "partitions": len(by_member.get(m, ())), **asdict(stats)}
+                {
+                    "id": m,
+                    "partitions": len(by_member.get(m, ())),
+                    **{k: v for k, v in asdict(stats).items() if k != "top_projects"},
+                }
                 for m, stats in member_loads(members, reports).items()
             ],
             "partitions": partitions,
+            "group": self.group(backlog),
+            "top_projects": [{"project": p, "messages": n} for p, n in ranking],
             "rebalances": [asdict(r) for r in reversed(self._leader_loop.rebalances)],
             "scaling": await self.scaling(),
+        }
+
+    def group(self, backlog: Backlog) -> dict[str, Any]:
+        """The consumer group's backlog: its ``name``, ``total_lag`` over the partitions
+        whose lag was read (``unknown_lag``: how many could not be),
+        ``max_oldest_unacked_age_s``, the ``alert_age_s`` threshold and the partitions
+        ``alerting`` (oldest unacked age above it, by the read shown)."""
+        totals = group_backlog(backlog.lags, backlog.ages)
+        alerting = backlog_alerts(backlog.known_ages(), self._alert_age, frozenset()).alerting
+        return {
+            "name": self._group,
+            "total_lag": totals.total_lag,
+            "unknown_lag": totals.unknown,
+            "max_oldest_unacked_age_s": rounded_age(totals.max_oldest_age),
+            "alert_age_s": self._alert_age,
+            "alerting": sorted(alerting),
         }
 
     async def scaling(self) -> dict[str, Any]:
@@ -156,18 +170,13 @@ class StatusReader:
 
 
 def create_status_app(reader: StatusReader, registry: CollectorRegistry) -> FastAPI:
+    """The status API; ``registry`` is what ``/metrics`` serves (the backlog gauges are
+    on it when the reader's ``BacklogReader`` was given it)."""
     app = FastAPI(title="shoal leader status", docs_url=None, redoc_url=None)
-    lag_gauge = Gauge(
-        "shoal_partition_lag", "Backlog per partition", ["partition"], registry=registry
-    )
 
     @app.get("/status")
     async def status(local: bool = False) -> Response:
-        document = await reader.document(ask_peers=not local)
-        for entry in document["partitions"]:
-            if entry["lag"] is not None:
-                lag_gauge.labels(partition=str(entry["partition"])).set(entry["lag"])
-        return JSONResponse(document)
+        return JSONResponse(await reader.document(ask_peers=not local))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

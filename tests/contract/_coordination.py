@@ -58,7 +58,9 @@ WAIT = 5.0  # bound on anything that should happen promptly
 LONG_TTL = 10.0  # a lease that must not expire during the test
 SHORT_TTL = 1.0  # a lease whose expiry is the test
 STATS_A = MemberStats(cpu=0.5, project_count=3, last_message_id="m-1", rate=2.5)
-STATS_A2 = MemberStats(cpu=0.75, project_count=4, last_message_id="m-9", rate=3.0)
+STATS_A2 = MemberStats(
+    cpu=0.75, project_count=4, last_message_id="m-9", rate=3.0, top_projects=(("pz", 7), ("pa", 2))
+)
 STATS_B = MemberStats(cpu=0.1)
 
 

@@ -33,6 +33,7 @@ from core.ports import Delivery, Subscription, Transport
 ACK_WAIT = 1.0
 REDELIVERIES = 3  # deliveries a test lets expire in a row
 LIMIT = 15.0  # seconds any single check may take
+STORE_GAP = 0.05  # seconds between publishes whose store times a test compares
 
 
 @dataclass(frozen=True)
@@ -404,6 +405,34 @@ class TransportContract:
         await sub.ack(got[:4])
         assert await transport.backlog(5) == 2
         assert await transport.backlog(6) == 1
+
+    async def test_oldest_unacked_is_when_the_first_unacked_message_was_stored(
+        self, transport: ClosableTransport
+    ) -> None:
+        assert await transport.oldest_unacked(9) is None  # nothing stored
+        stored: list[tuple[float, float]] = []  # each publish call's wall-clock bracket
+        for sequence in (1, 2, 3):
+            before = time.time()
+            await transport.publish([envelope(9, "a", sequence)])
+            stored.append((before, time.time()))
+            # Not a wait for an event: the three store times must be told apart.
+            await anyio.sleep(STORE_GAP)
+        await transport.publish([envelope(10, "a", 1)])
+
+        def stored_during(at: float | None, bracket: tuple[float, float]) -> bool:
+            # Kafka keeps record timestamps in whole milliseconds.
+            return at is not None and bracket[0] - 0.002 <= at <= bracket[1] + 0.002
+
+        assert stored_during(await transport.oldest_unacked(9), stored[0])  # none opened yet
+        sub = await transport.open(9, "h1")
+        first, second, third = await fetch_n(sub, 3)
+        assert stored_during(await transport.oldest_unacked(9), stored[0])  # delivered only
+        await sub.ack([first, third])  # out of order: the second is still unacked
+        assert stored_during(await transport.oldest_unacked(9), stored[1])
+        await sub.ack([second])
+        assert await transport.oldest_unacked(9) is None
+        assert await transport.backlog(9) == 0
+        assert await transport.oldest_unacked(10) is not None  # its own partition only
 
     # -- durability ----------------------------------------------------------------------
 

@@ -65,6 +65,25 @@ RATED = {
 }
 
 
+# The document a leader with backlog monitoring serves: oldest ages, group totals, ranking.
+BACKLOG = {
+    **DOCUMENT,
+    "partitions": [
+        {**p, "oldest_unacked_age_s": None if p["lag"] in (0, None) else 1.5 * p["partition"]}
+        for p in DOCUMENT["partitions"]
+    ],
+    "group": {
+        "name": "g1",
+        "total_lag": 230,
+        "unknown_lag": 1,
+        "max_oldest_unacked_age_s": 10.5,
+        "alert_age_s": 6.0,
+        "alerting": [6, 7],
+    },
+    "top_projects": [{"project": "big", "messages": 1200}, {"project": "mid", "messages": 7}],
+}
+
+
 class _Handler(BaseHTTPRequestHandler):
     routes: ClassVar[dict[str, tuple[int, bytes]]] = {}
 
@@ -89,6 +108,7 @@ def server() -> Iterator[str]:
         "/html/status": (200, b"<html>"),
         "/other/status": (200, b'{"hello": "world"}'),
         "/rated/status": (200, json.dumps(RATED).encode()),
+        "/backlog/status": (200, json.dumps(BACKLOG).encode()),
     }
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -137,7 +157,8 @@ def test_json_prints_one_object_with_leader_members_and_partitions(server: str) 
     result = run("--json", "--url", server)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert set(document) == {"leader", "members", "partitions"}
+    assert set(document) == {"leader", "members", "partitions", "group", "top_projects"}
+    assert (document["group"], document["top_projects"]) == (None, [])  # an older leader
     assert document["leader"] == {"id": "leader-a", "term": 7}
     assert [m["id"] for m in document["members"]] == ["h1", "h2"]
     assert len(document["partitions"]) == PARTITIONS
@@ -276,3 +297,36 @@ def test_a_non_http_url_exits_1() -> None:
     result = run("--url", "ftp://example")
     assert result.exit_code == 1
     assert "not an http(s) URL" in result.stderr
+
+
+def test_json_carries_the_oldest_ages_the_group_totals_and_the_ranking(server: str) -> None:
+    result = run("--json", "--url", server + "/backlog")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["partitions"][2]["oldest_unacked_age_s"] == 3.0
+    assert document["partitions"][0]["oldest_unacked_age_s"] is None
+    assert document["group"] == BACKLOG["group"]
+    assert document["top_projects"] == BACKLOG["top_projects"]
+
+
+def test_tables_show_the_oldest_age_per_partition_the_group_and_the_ranking(
+    server: str,
+) -> None:
+    plain = run("--url", server)
+    result = run("--url", server + "/backlog")
+    assert plain.exit_code == result.exit_code == 0, plain.output + result.output
+    assert "OLDEST" not in plain.stdout and "TOP PROJECTS" not in plain.stdout
+    out = result.stdout
+    assert (
+        "group g1 · lag 230 (1 partitions unknown) · oldest unacked 10.5 s · alert age 6.0 s"
+        " · ALERTING partitions 6, 7"
+    ) in out.splitlines()
+    partitions, projects = out.split("\nPARTITIONS", 1)[1].split("\nTOP PROJECTS", 1)
+    rows = [line.split() for line in partitions.splitlines()]
+    assert "OLDEST" in rows[1]
+    assert ["3", "h1", "3", "30", "4.5", "s", "h1"] in rows
+    assert ["0", "h1", "3", "0", "-", "h1"] in rows  # nothing unacked
+    assert [line.split() for line in projects.splitlines()][2:4] == [
+        ["big", "1,200"],
+        ["mid", "7"],
+    ]

@@ -4,7 +4,9 @@
 // generation, data-partitions), .cell[data-partition][data-owner][data-generation]
 // [data-lag][data-holder], #members-body tr[data-member], #rebalances li[data-generation],
 // #scaling li[data-rule], #leader-id[data-leader], #leader-term, body[data-state],
-// #backends[data-coordination][data-transport].
+// #backends[data-coordination][data-transport], .cell[data-oldest] (.alerting),
+// #oldest-unacked[data-age][data-alerting], #backlog-alert[data-partitions],
+// #projects-body tr[data-project].
 "use strict";
 
 (function () {
@@ -109,10 +111,26 @@
     const rate = members.reduce((sum, m) => sum + (isNumber(m.rate) ? m.rate : 0), 0);
     $("throughput").textContent = `${num.format(rate)} msg/s`;
     $("throughput").dataset.rate = String(rate);
+    const group = doc.group || null;
     const lags = (doc.partitions || []).map((p) => p.lag).filter(isNumber);
-    const totalLag = lags.reduce((a, b) => a + b, 0);
-    $("total-lag").textContent = lags.length ? int.format(totalLag) : "n/a";
-    $("total-lag").dataset.lag = lags.length ? String(totalLag) : "";
+    // The group's own total when the leader gives one (older leaders: summed here).
+    const totalLag = group && isNumber(group.total_lag) ? group.total_lag : lags.reduce((a, b) => a + b, 0);
+    const known = group ? isNumber(group.total_lag) : lags.length > 0;
+    $("total-lag").textContent = known ? int.format(totalLag) : "n/a";
+    $("total-lag").dataset.lag = known ? String(totalLag) : "";
+    const oldest = $("oldest-unacked");
+    const age = group ? group.max_oldest_unacked_age_s : null;
+    const alerting = group && Array.isArray(group.alerting) ? group.alerting : [];
+    oldest.textContent = isNumber(age) ? seconds(age) : group ? "none" : "–";
+    oldest.dataset.age = isNumber(age) ? String(age) : "";
+    oldest.dataset.alerting = alerting.length ? "1" : "";
+    const alert = $("backlog-alert");
+    alert.hidden = alerting.length === 0;
+    alert.dataset.partitions = alerting.join(",");
+    alert.textContent = alerting.length
+      ? `Oldest unacked message older than ${seconds(group.alert_age_s)} on partition` +
+        `${alerting.length === 1 ? "" : "s"} ${alerting.join(", ")}`
+      : "";
   }
 
   // --- partition grid ------------------------------------------------------------------------
@@ -137,6 +155,7 @@
 
   function renderGrid(doc) {
     const partitions = Array.isArray(doc.partitions) ? doc.partitions : [];
+    const alerting = new Set(doc.group && Array.isArray(doc.group.alerting) ? doc.group.alerting : []);
     ensureCells(partitions.length);
     const counts = new Map();
     for (const entry of partitions) {
@@ -166,6 +185,9 @@
       cell.dataset.generation = isNumber(entry.generation) ? String(entry.generation) : "";
       cell.dataset.holder = holder;
       cell.dataset.lag = lag === null ? "" : String(lag);
+      const oldest = isNumber(entry.oldest_unacked_age_s) ? entry.oldest_unacked_age_s : null;
+      cell.dataset.oldest = oldest === null ? "" : String(oldest);
+      cell.classList.toggle("alerting", alerting.has(p));
       cell.classList.toggle("moving", owners.length === 1 && holder !== "" && holder !== owners[0]);
       cell.querySelector(".lag").textContent = lag ? (lag >= 1000 ? `${Math.round(lag / 1000)}k` : String(lag)) : "";
       const fill = lag ? Math.min(1, Math.log10(lag + 1) / Math.log10(LAG_FULL + 1)) : 0;
@@ -173,7 +195,8 @@
       cell.querySelector(".lagbar").style.setProperty("height", `${Math.round(fill * 40)}%`);
       cell.title =
         `partition ${p}\nowner: ${owner || "none"}\nholder: ${holder || "none"}` +
-        `\ngeneration: ${cell.dataset.generation || "–"}\nlag: ${lag === null ? "unknown" : lag}`;
+        `\ngeneration: ${cell.dataset.generation || "–"}\nlag: ${lag === null ? "unknown" : lag}` +
+        `\noldest unacked: ${oldest === null ? "none or unknown" : seconds(oldest)}`;
     }
     const grid = $("partition-grid");
     grid.dataset.partitions = String(partitions.length);
@@ -221,6 +244,22 @@
     replaceChildren($("members-body"), rows);
     $("members-empty").hidden = rows.length > 0;
     $("member-count").textContent = `(${rows.length})`;
+  }
+
+  // --- project ranking -------------------------------------------------------------------------
+  function renderProjects(doc) {
+    const projects = Array.isArray(doc.top_projects) ? doc.top_projects : [];
+    const rows = projects.map((entry) => {
+      const tr = el("tr");
+      tr.dataset.project = String(entry.project);
+      tr.append(
+        el("td", "id", String(entry.project)),
+        el("td", "num", isNumber(entry.messages) ? int.format(entry.messages) : "–"),
+      );
+      return tr;
+    });
+    replaceChildren($("projects-body"), rows);
+    $("projects-empty").hidden = rows.length > 0;
   }
 
   // --- rebalances --------------------------------------------------------------------------------
@@ -348,6 +387,7 @@
     renderHeader(doc);
     renderGrid(doc);
     renderMembers(doc);
+    renderProjects(doc);
     renderRebalances(doc);
     renderScaling(doc);
     lastUpdate = Date.now();
