@@ -15,7 +15,7 @@ one durable consumer per partition on NATS):
   wall clock by default);
 - a message's ``position`` is its seq: one counter over every partition, so positions of
   one partition grow with publish order but have gaps (as NATS stream sequences do);
-- every stored message is also kept, with its wall-clock store time, in ``history`` (as a
+- every stored message is also kept, with that store time, in ``history`` (as a
   limits-retention stream keeps consumed messages): ``InMemoryHistory`` reads it.
 
 Deadlines are on the event loop's clock (``anyio.current_time``). As on NATS, they are
@@ -133,9 +133,7 @@ class InMemoryTransport(Lifecycle):
             self._next_seq = entry.seq + 1
             q.entries[entry.seq] = entry
             heapq.heappush(q.ready, entry.seq)
-            self.history.setdefault(e.partition, []).append(
-                StoredMessage(e, entry.seq, time.time())
-            )
+            self.history.setdefault(e.partition, []).append(StoredMessage(e, entry.seq, stored_at))
             touched.add(e.partition)
         for p in touched:
             self._queues[p].notify()
