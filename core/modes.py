@@ -20,6 +20,7 @@ consumes at, and whether partition holds are contended across the group.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from core.model import MemberId
@@ -28,6 +29,8 @@ __all__ = [
     "BROADCAST_STRATEGY",
     "SHARED_STRATEGY",
     "ConsumptionMode",
+    "autoscaling_problem",
+    "broadcast_id_problem",
     "contends_for_holds",
     "mode_problem",
     "position_of",
@@ -96,6 +99,45 @@ def position_of(mode: ConsumptionMode, member_id: MemberId) -> str | None:
     id in broadcast mode (each handler keeps its own, so it must keep its id across
     restarts), None (the group's one position) otherwise."""
     return member_id if mode is ConsumptionMode.BROADCAST else None
+
+
+# A position's name goes into broker names (a NATS consumer name, a Kafka group id):
+# letters, digits, '_' and '-' are safe in both.
+_POSITION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def broadcast_id_problem(member_id: MemberId, *, chosen: bool) -> str | None:
+    """Why ``member_id`` cannot name a broadcast handler's position; None when it can.
+
+    The id must be ``chosen`` (set by the operator, not made up from host and process
+    id): a handler restarted under another id would leave its position behind and start
+    a new one from the log's beginning, landing everything again into a new table. And it
+    must be safe in broker names."""
+    if not chosen:
+        return (
+            "a broadcast handler needs a stable id (SHOAL_HANDLER_ID): its position and "
+            "its table are named after it, and a restart under another id would consume "
+            "the whole log again"
+        )
+    if _POSITION_NAME.fullmatch(member_id) is None:
+        return (
+            f"handler id {member_id!r} names a broadcast position: use 1 to 64 letters, "
+            "digits, '_' or '-'"
+        )
+    return None
+
+
+def autoscaling_problem(mode: ConsumptionMode) -> str | None:
+    """Why the group's handler pool may not be scaled with its load; None when it may.
+
+    A broadcast handler is a subscriber, not capacity: another one adds a copy of
+    everything (from the log's beginning), and removing one drops a copy."""
+    if mode is ConsumptionMode.BROADCAST:
+        return (
+            "autoscaling (SHOAL_SCALING_SCALER) adds or removes copies of everything in the "
+            "broadcast mode, not capacity: turn it off (SHOAL_SCALING_SCALER=none)"
+        )
+    return None
 
 
 def contends_for_holds(mode: ConsumptionMode) -> bool:

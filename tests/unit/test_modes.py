@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 from core.assignment import STRATEGIES, AssignmentRequest
 from core.assignment._broadcast import BroadcastStrategy
 from core.model import Assignment, Member
-from core.modes import ConsumptionMode, contends_for_holds, mode_problem, position_of
+from core.modes import (
+    ConsumptionMode,
+    autoscaling_problem,
+    broadcast_id_problem,
+    contends_for_holds,
+    mode_problem,
+    position_of,
+)
 from services.common.settings import ShoalSettings, load_settings
 
 EXCLUSIVE, SHARED, BROADCAST = (
@@ -126,3 +133,15 @@ def test_settings_refuse_a_mode_that_does_not_fit_at_start_up(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: SHOAL_CONSUMPTION_MODE") and says in err
+
+
+def test_a_broadcast_id_must_be_chosen_and_safe_in_broker_names() -> None:
+    assert broadcast_id_problem("copy-1_b", chosen=True) is None
+    assert "SHOAL_HANDLER_ID" in (broadcast_id_problem("h-host-12", chosen=False) or "")
+    for unsafe in ("h.host", "h host", "h*", "x" * 65, ""):
+        assert broadcast_id_problem(unsafe, chosen=True) is not None
+
+
+@pytest.mark.parametrize("mode", list(ConsumptionMode))
+def test_only_broadcast_refuses_autoscaling(mode: ConsumptionMode) -> None:
+    assert (autoscaling_problem(mode) is None) is (mode is not BROADCAST)

@@ -1,0 +1,114 @@
+"""Consumption modes end to end, on real processes (gateway, leader, handlers on etcd and
+NATS): a shared group with more handlers than partitions lands every accepted message
+exactly once, several handlers landing each partition; each handler of a broadcast group
+lands every accepted message once, in a table of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+import anyio
+import pyarrow.compute as pc
+import pytest
+
+from tests.e2e._cluster import Cluster, StatusDoc, member_ids
+from tests.e2e._landed import LandingZone, duplicates
+from tests.e2e._load import LoadGenerator, LoadPlan
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.nats]
+
+LOAD = LoadPlan(messages=4_000, projects=200, batch=20, concurrency=4, rate=2_000.0)
+
+
+def assigned(doc: StatusDoc, members: Collection[str], per_partition: int) -> bool:
+    """A leader leads exactly ``members``, and every partition has ``per_partition``
+    owners, among whom every member."""
+    if doc.get("leader") is None or member_ids(doc) != set(members):
+        return False
+    seen: set[str] = set()
+    for entry in doc["partitions"]:
+        owner = entry["owner"]
+        names = {owner} if isinstance(owner, str) else set(owner or ())
+        if len(names) != per_partition:
+            return False
+        seen |= names
+    return seen == set(members)
+
+
+async def land(cluster: Cluster, zones: Collection[LandingZone], within: float) -> set[str]:
+    """Send ``LOAD``; return the accepted ids once each zone holds them all (fails after
+    ``within`` seconds)."""
+    load = LoadGenerator(cluster.process("gateway").url, LOAD)
+    summary = await load.run()
+    accepted = set(summary.accepted)
+    assert len(accepted) == LOAD.messages, summary.line()
+    with anyio.fail_after(within):
+        for zone in zones:
+            while True:
+                await anyio.to_thread.run_sync(zone.refresh)
+                if accepted <= zone.ids().keys():
+                    break
+                await anyio.sleep(0.3)  # the zone is a folder: no event to await
+    return accepted
+
+
+async def test_a_shared_group_with_more_handlers_than_partitions_lands_everything_once(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    handlers = ("h1", "h2", "h3", "h4")
+    cluster = make_cluster(
+        "shared",
+        partitions=2,
+        settings={"SHOAL_CONSUMPTION_MODE": "shared", "SHOAL_STRATEGY": "fan-out"},
+    )
+    with anyio.fail_after(110):
+        async with cluster:
+            await cluster.start_gateway(ready=False)
+            await cluster.start_leader("leader-a", ready=False)
+            for name in handlers:
+                await cluster.start_handler(name, ready=False)
+            for name in ("gateway", "leader-a"):
+                await cluster.wait_ready(name, within=60.0)
+            await cluster.wait_for(
+                lambda d: assigned(d, handlers, per_partition=2), 60.0, "2 owners per partition"
+            )
+            zone = LandingZone(cluster.data_dir)
+            accepted = await land(cluster, [zone], within=60.0)
+    ids = zone.ids()
+    assert not duplicates(ids), f"landed twice: {sorted(duplicates(ids))[:5]}"
+    assert set(ids) == accepted
+    table = zone.table()
+    for partition in (0, 1):
+        rows = table.filter(pc.equal(table["partition"], partition))
+        landers = set(rows["handler_id"].to_pylist())
+        assert len(landers) == 2, f"partition {partition} landed by {landers}: no competition"
+
+
+async def test_every_handler_of_a_broadcast_group_lands_every_message_once(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    handlers = ("ha", "hb")
+    cluster = make_cluster(
+        "broadcast",
+        partitions=4,
+        settings={"SHOAL_CONSUMPTION_MODE": "broadcast", "SHOAL_STRATEGY": "broadcast"},
+    )
+    with anyio.fail_after(110):
+        async with cluster:
+            await cluster.start_gateway(ready=False)
+            await cluster.start_leader("leader-a", ready=False)
+            for name in handlers:
+                await cluster.start_handler(name, ready=False)
+            for name in ("gateway", "leader-a"):
+                await cluster.wait_ready(name, within=60.0)
+            await cluster.wait_for(
+                lambda d: assigned(d, handlers, per_partition=2), 60.0, "both own everything"
+            )
+            zones = {name: LandingZone(Path(cluster.data_dir) / name) for name in handlers}
+            accepted = await land(cluster, zones.values(), within=60.0)
+    for name, zone in zones.items():
+        ids = zone.ids()
+        assert not duplicates(ids), f"{name} landed twice: {sorted(duplicates(ids))[:5]}"
+        assert set(ids) == accepted
+        assert set(zone.table()["handler_id"].to_pylist()) == {name}
