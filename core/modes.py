@@ -34,6 +34,7 @@ __all__ = [
     "contends_for_holds",
     "mode_problem",
     "position_of",
+    "retention_problem",
 ]
 
 BROADCAST_STRATEGY = "broadcast"
@@ -136,6 +137,19 @@ def autoscaling_problem(mode: ConsumptionMode) -> str | None:
         return (
             "autoscaling (SHOAL_SCALING_SCALER) adds or removes copies of everything in the "
             "broadcast mode, not capacity: turn it off (SHOAL_SCALING_SCALER=none)"
+        )
+    return None
+
+
+def retention_problem(mode: ConsumptionMode, *, deleted_on_ack: bool) -> str | None:
+    """Why ``mode`` cannot run on a log whose messages are ``deleted_on_ack``; None when it
+    can. Broadcast cannot: the first position to ack a message would take it from the
+    others (and a NATS work-queue stream refuses a second consumer of the same subjects,
+    err 10100)."""
+    if mode is ConsumptionMode.BROADCAST and deleted_on_ack:
+        return (
+            "the broadcast mode needs a log that keeps acked messages for the other "
+            "positions: SHOAL_NATS_RETENTION=limits, not workqueue"
         )
     return None
 

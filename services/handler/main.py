@@ -11,7 +11,13 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from adapters.memory import InMemoryCoordination, InMemoryHoldStore
 from adapters.parquet import ParquetSettings
-from core.modes import ConsumptionMode, broadcast_id_problem, contends_for_holds, position_of
+from core.modes import (
+    ConsumptionMode,
+    broadcast_id_problem,
+    contends_for_holds,
+    position_of,
+    retention_problem,
+)
 from services.common.backends import Backends
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
@@ -42,12 +48,20 @@ def zone_of(data_dir: str, position: str | None) -> str:
 
 async def serve(container: HandlerContainer) -> None:
     settings: HandlerSettings = container.handler()
-    mode = container.shoal().consumption_mode
+    shoal: ShoalSettings = container.shoal()
+    mode = shoal.consumption_mode
+    problem = retention_problem(
+        mode,
+        deleted_on_ack=shoal.transport == "nats"
+        and container.backends.nats_settings().retention == "workqueue",
+    )
     if mode is ConsumptionMode.BROADCAST:
-        problem = broadcast_id_problem(settings.id, chosen="id" in settings.model_fields_set)
-        if problem is not None:
-            log.error("cannot run: %s", problem)
-            raise SystemExit(2)
+        problem = problem or broadcast_id_problem(
+            settings.id, chosen="id" in settings.model_fields_set
+        )
+    if problem is not None:
+        log.error("cannot run: %s", problem)
+        raise SystemExit(2)
     position = position_of(mode, settings.id)
     data_dir = zone_of(settings.data_dir, position)
     if settings.metrics_port:

@@ -1,10 +1,12 @@
 """Consumption modes end to end, on real processes (gateway, leader, handlers on etcd and
 NATS): a shared group with more handlers than partitions lands every accepted message
 exactly once, several handlers landing each partition; each handler of a broadcast group
-lands every accepted message once, in a table of its own."""
+lands every accepted message once, in a table of its own (on NATS and on Kafka), and
+one stopped meanwhile catches up from its own position when it comes back."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from tests.e2e._cluster import Cluster, StatusDoc, member_ids
 from tests.e2e._landed import LandingZone, duplicates
 from tests.e2e._load import LoadGenerator, LoadPlan
 
-pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.nats]
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 LOAD = LoadPlan(messages=4_000, projects=200, batch=20, concurrency=4, rate=2_000.0)
 
@@ -36,23 +38,25 @@ def assigned(doc: StatusDoc, members: Collection[str], per_partition: int) -> bo
     return seen == set(members)
 
 
-async def land(cluster: Cluster, zones: Collection[LandingZone], within: float) -> set[str]:
-    """Send ``LOAD``; return the accepted ids once each zone holds them all (fails after
-    ``within`` seconds)."""
-    load = LoadGenerator(cluster.process("gateway").url, LOAD)
-    summary = await load.run()
+async def send(cluster: Cluster) -> set[str]:
+    """Send ``LOAD`` through the gateway; the accepted message ids (all of them)."""
+    summary = await LoadGenerator(cluster.process("gateway").url, LOAD).run()
     accepted = set(summary.accepted)
     assert len(accepted) == LOAD.messages, summary.line()
-    with anyio.fail_after(within):
-        for zone in zones:
-            while True:
-                await anyio.to_thread.run_sync(zone.refresh)
-                if accepted <= zone.ids().keys():
-                    break
-                await anyio.sleep(0.3)  # the zone is a folder: no event to await
     return accepted
 
 
+async def wait_landed(zone: LandingZone, ids: set[str], within: float) -> None:
+    """Return once ``zone`` holds every one of ``ids``; fail after ``within`` seconds."""
+    with anyio.fail_after(within):
+        while True:
+            await anyio.to_thread.run_sync(zone.refresh)
+            if ids <= zone.ids().keys():
+                return
+            await anyio.sleep(0.3)  # the zone is a folder: no event to await
+
+
+@pytest.mark.nats
 async def test_a_shared_group_with_more_handlers_than_partitions_lands_everything_once(
     make_cluster: Callable[..., Cluster],
 ) -> None:
@@ -74,7 +78,8 @@ async def test_a_shared_group_with_more_handlers_than_partitions_lands_everythin
                 lambda d: assigned(d, handlers, per_partition=2), 60.0, "2 owners per partition"
             )
             zone = LandingZone(cluster.data_dir)
-            accepted = await land(cluster, [zone], within=60.0)
+            accepted = await send(cluster)
+            await wait_landed(zone, accepted, within=60.0)
     ids = zone.ids()
     assert not duplicates(ids), f"landed twice: {sorted(duplicates(ids))[:5]}"
     assert set(ids) == accepted
@@ -85,12 +90,21 @@ async def test_a_shared_group_with_more_handlers_than_partitions_lands_everythin
         assert len(landers) == 2, f"partition {partition} landed by {landers}: no competition"
 
 
+@pytest.mark.parametrize(
+    ("coordination", "transport"),
+    [
+        pytest.param("etcd", "nats", marks=pytest.mark.nats),
+        pytest.param("kafka", "kafka", marks=pytest.mark.kafka),
+    ],
+)
 async def test_every_handler_of_a_broadcast_group_lands_every_message_once(
-    make_cluster: Callable[..., Cluster],
+    make_cluster: Callable[..., Cluster], coordination: str, transport: str
 ) -> None:
     handlers = ("ha", "hb")
     cluster = make_cluster(
-        "broadcast",
+        f"broadcast-{transport}",
+        coordination=coordination,
+        transport=transport,
         partitions=4,
         settings={"SHOAL_CONSUMPTION_MODE": "broadcast", "SHOAL_STRATEGY": "broadcast"},
     )
@@ -106,7 +120,18 @@ async def test_every_handler_of_a_broadcast_group_lands_every_message_once(
                 lambda d: assigned(d, handlers, per_partition=2), 60.0, "both own everything"
             )
             zones = {name: LandingZone(Path(cluster.data_dir) / name) for name in handlers}
-            accepted = await land(cluster, zones.values(), within=60.0)
+            accepted = await send(cluster)
+            for zone in zones.values():
+                await wait_landed(zone, accepted, within=60.0)
+            # hb stops; what arrives meanwhile waits at its position, not only at ha's
+            cluster.kill("hb", signal.SIGTERM)
+            assert await cluster.wait_exit("hb", 30.0) == 0
+            await cluster.wait_for(lambda d: assigned(d, ["ha"], 1), 30.0, "ha alone")
+            later = await send(cluster)
+            await wait_landed(zones["ha"], later, within=60.0)
+            await cluster.start_handler("hb")
+            await wait_landed(zones["hb"], later, within=60.0)
+            accepted |= later
     for name, zone in zones.items():
         ids = zone.ids()
         assert not duplicates(ids), f"{name} landed twice: {sorted(duplicates(ids))[:5]}"

@@ -54,6 +54,12 @@ def test_a_missing_broker_is_one_error_line_and_exit_1(service: str, tmp_path: P
             "SHOAL_HANDLER_ID",
         ),
         (
+            "handler",
+            {"SHOAL_CONSUMPTION_MODE": "broadcast", "SHOAL_STRATEGY": "broadcast"}
+            | {"SHOAL_HANDLER_ID": "copy-a", "SHOAL_NATS_RETENTION": "workqueue"},
+            "SHOAL_NATS_RETENTION=limits",
+        ),
+        (
             "leader",
             {"SHOAL_CONSUMPTION_MODE": "broadcast", "SHOAL_STRATEGY": "broadcast"}
             | {"SHOAL_SCALING_SCALER": "local"},

@@ -16,6 +16,7 @@ from core.modes import (
     contends_for_holds,
     mode_problem,
     position_of,
+    retention_problem,
 )
 from services.common.settings import ShoalSettings, load_settings
 
@@ -145,3 +146,9 @@ def test_a_broadcast_id_must_be_chosen_and_safe_in_broker_names() -> None:
 @pytest.mark.parametrize("mode", list(ConsumptionMode))
 def test_only_broadcast_refuses_autoscaling(mode: ConsumptionMode) -> None:
     assert (autoscaling_problem(mode) is None) is (mode is not BROADCAST)
+
+
+@pytest.mark.parametrize("mode", list(ConsumptionMode))
+def test_only_broadcast_needs_a_log_that_keeps_acked_messages(mode: ConsumptionMode) -> None:
+    assert retention_problem(mode, deleted_on_ack=False) is None
+    assert (retention_problem(mode, deleted_on_ack=True) is None) is (mode is not BROADCAST)
