@@ -15,7 +15,9 @@
   every handler the owner of every partition.
 
 Pure rules: which mode goes with which strategy and transport, whose position a handler
-consumes at, and whether partition holds are contended across the group.
+consumes at, whether partition holds are contended across the group, and what else a
+broadcast group needs (stable handler ids, a log that keeps acked messages, no
+autoscaling).
 """
 
 from __future__ import annotations
