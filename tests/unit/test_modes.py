@@ -19,6 +19,7 @@ from core.modes import (
     retention_problem,
 )
 from services.common.settings import ShoalSettings, load_settings
+from tests.unit.test_strategies import EXCLUSIVE as ONE_OWNER_STRATEGIES
 
 EXCLUSIVE, SHARED, BROADCAST = (
     ConsumptionMode.EXCLUSIVE,
@@ -32,6 +33,11 @@ SINGLE_OWNER = sorted(set(STRATEGIES) - {"fan-out", "broadcast"})
 @pytest.mark.parametrize("strategy", SINGLE_OWNER)
 def test_exclusive_runs_when_strategy_gives_one_owner(strategy: str, transport: str) -> None:
     assert mode_problem(EXCLUSIVE, strategy, transport) is None
+
+
+def test_exclusive_admits_exactly_the_strategies_the_invariant_suite_holds_to_one_owner() -> None:
+    admitted = {s for s in STRATEGIES if mode_problem(EXCLUSIVE, s, "nats") is None}
+    assert admitted == ONE_OWNER_STRATEGIES
 
 
 @pytest.mark.parametrize("strategy", ["fan-out", "broadcast"])
