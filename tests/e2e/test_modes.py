@@ -1,6 +1,7 @@
 """Consumption modes end to end, on real processes (gateway, leader, handlers on etcd and
 NATS): a shared group with more handlers than partitions lands every accepted message
-exactly once, several handlers landing each partition; each handler of a broadcast group
+exactly once, several handlers landing each partition, also when one of them is killed
+under load; each handler of a broadcast group
 lands every accepted message once, in a table of its own (on NATS and on Kafka), and
 one stopped meanwhile catches up from its own position when it comes back."""
 
@@ -20,7 +21,9 @@ from tests.e2e._load import LoadGenerator, LoadPlan
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
-LOAD = LoadPlan(messages=4_000, projects=200, batch=20, concurrency=4, rate=2_000.0)
+SMALL_ROLLS = {"SHOAL_HANDLER_ROLL_ROWS": "300"}
+MESSAGES = 4_000
+LOAD = LoadPlan(messages=MESSAGES, projects=200, batch=20, concurrency=4, rate=2_000.0)
 
 
 def assigned(doc: StatusDoc, members: Collection[str], per_partition: int) -> bool:
@@ -42,7 +45,7 @@ async def send(cluster: Cluster) -> set[str]:
     """Send ``LOAD`` through the gateway; the accepted message ids (all of them)."""
     summary = await LoadGenerator(cluster.process("gateway").url, LOAD).run()
     accepted = set(summary.accepted)
-    assert len(accepted) == LOAD.messages, summary.line()
+    assert len(accepted) == MESSAGES, summary.line()
     return accepted
 
 
@@ -88,6 +91,47 @@ async def test_a_shared_group_with_more_handlers_than_partitions_lands_everythin
         rows = table.filter(pc.equal(table["partition"], partition))
         landers = set(rows["handler_id"].to_pylist())
         assert len(landers) == 2, f"partition {partition} landed by {landers}: no competition"
+
+
+@pytest.mark.nats
+async def test_a_shared_group_lands_everything_once_when_a_handler_is_killed_mid_load(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    """SIGKILL one of a partition's two owners while messages arrive: what it held unacked
+    goes to its partition's other owner after the ack wait (they share the durable
+    consumer), and what it had landed but not acked is acked by whoever gets it again,
+    not landed twice."""
+    handlers = ["h1", "h2", "h3", "h4"]
+    cluster = make_cluster(
+        "shared-kill",
+        partitions=2,
+        settings={"SHOAL_CONSUMPTION_MODE": "shared", "SHOAL_STRATEGY": "fan-out"},
+    )
+    with anyio.fail_after(110):
+        async with cluster, anyio.create_task_group() as tg:
+            await cluster.start_gateway(ready=False)
+            await cluster.start_leader("leader-a", ready=False)
+            for name in handlers:
+                # a roll every 300 rows: the kill falls between some write, commit and ack
+                await cluster.start_handler(name, ready=False, env=SMALL_ROLLS)
+            for name in ("gateway", "leader-a"):
+                await cluster.wait_ready(name, within=60.0)
+            await cluster.wait_for(
+                lambda d: assigned(d, handlers, per_partition=2), 60.0, "2 owners per partition"
+            )
+            zone = LandingZone(cluster.data_dir)
+            load = LoadGenerator(cluster.process("gateway").url, LOAD)
+            tg.start_soon(load.run)
+            await load.wait_accepted(MESSAGES // 3)
+            cluster.kill("h1", signal.SIGKILL)
+            assert await cluster.wait_exit("h1", 5.0) == -signal.SIGKILL
+            await load.wait_stopped()
+            accepted = set(load.summary.accepted)
+            assert len(accepted) == MESSAGES, load.summary.line()
+            await wait_landed(zone, accepted, within=60.0)
+    ids = zone.ids()
+    assert not duplicates(ids), f"landed twice: {sorted(duplicates(ids))[:5]}"
+    assert set(ids) == accepted
 
 
 @pytest.mark.parametrize(
