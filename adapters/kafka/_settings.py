@@ -5,7 +5,8 @@ Shared by the transport and the Kafka coordination adapters. Names:
 - ``topic`` (``shoal.data``): the data topic, ``partitions`` partitions (one per shoal
   partition, same number as on NATS), created on first use with ``replication_factor``;
 - ``dead_letter_topic`` (``shoal.dlq``) and ``registration_topic`` (``shoal.reg``);
-- ``offsets_group_id`` (``shoal.{group}``): the consumer group under which the transport
+- ``offsets_group_id`` (``shoal.{group}``, a broadcast handler's own position
+  ``shoal.{group}.handler.{position}``): the consumer group under which the transport
   commits offsets, in transactions of one transactional producer per partition
   (``transactional.id`` ``{offsets_group_id}:{topic}:{partition}``: the fence against a
   superseded subscriber). It never joins that group (it ``assign()``s partitions), so the
@@ -60,6 +61,9 @@ class KafkaSettings(ConnectionSecurity):
     bootstrap_servers: Annotated[tuple[str, ...], NoDecode] = ("127.0.0.1:9092",)
     client_id: str = Field(default="shoal", min_length=1)
     group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # A broadcast handler's own position (its id), given by the handler to its transport
+    # (``KafkaTransport(position=...)``) rather than read from the environment.
+    position: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     topic: str = Field(default="shoal.data", pattern=_TOPIC)
     partitions: int = Field(
         default=DEFAULT_PARTITIONS,
@@ -211,8 +215,12 @@ class KafkaSettings(ConnectionSecurity):
 
     @property
     def offsets_group_id(self) -> str:
-        """The group the transport commits offsets under (never joined)."""
-        return f"shoal.{self.group}"
+        """The group the transport commits offsets under (never joined). A position's
+        group has ``.handler.`` in its name: no handler id can make it the coordination's
+        ``shoal.{group}.coord``."""
+        if self.position is None:
+            return f"shoal.{self.group}"
+        return f"shoal.{self.group}.handler.{self.position}"
 
     def data_topic_config(self) -> dict[str, str]:
         """The data topic's configs at creation: retention from the two settings above,

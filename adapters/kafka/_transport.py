@@ -71,9 +71,19 @@ class KafkaTransport(Lifecycle):
     """
 
     def __init__(
-        self, settings: KafkaSettings | None = None, *, dead_letter: DeadLetterHook | None = None
+        self,
+        settings: KafkaSettings | None = None,
+        *,
+        dead_letter: DeadLetterHook | None = None,
+        position: str | None = None,
     ) -> None:
-        self.settings = settings or KafkaSettings()
+        """``position`` names a position of one's own (a broadcast handler's,
+        ``core.modes.position_of``): offsets are committed under its own group
+        (``KafkaSettings.offsets_group_id``) instead of the group's."""
+        settings = settings or KafkaSettings()
+        if position is not None:
+            settings = settings.model_copy(update={"position": position})
+        self.settings = settings
         self._hook = dead_letter or log_dead_letter
         self._admin: Any = None
         self._log_id = ""  # the cluster id and topic, once started

@@ -53,9 +53,17 @@ class NatsTransport(Lifecycle):
     """
 
     def __init__(
-        self, settings: NatsSettings | None = None, *, dead_letter: DeadLetterHook | None = None
+        self,
+        settings: NatsSettings | None = None,
+        *,
+        dead_letter: DeadLetterHook | None = None,
+        position: str | None = None,
     ) -> None:
+        """``position`` names a position of one's own (a broadcast handler's,
+        ``core.modes.position_of``): the durable consumers are ``p{partition}-{position}``
+        instead of the group's ``p{partition}``."""
         self.settings = settings or NatsSettings()
+        self._position = position
         self.subjects = Subjects(self.settings.subject_prefix, self.settings.dead_letter_prefix)
         self._hook = dead_letter or log_dead_letter
         self._nc: Client | None = None
@@ -211,8 +219,10 @@ class NatsTransport(Lifecycle):
         )
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
-        """Create (or update) the partition's durable consumer ``p{partition}`` and bind a
-        pull subscription to it. ``consumer_id`` names the caller in logs only. Raises
+        """Create (or update) the partition's durable consumer ``p{partition}`` (or
+        ``p{partition}-{position}``) and bind a pull subscription to it. Several
+        subscriptions to one durable consumer compete: each message goes to one of them.
+        ``consumer_id`` names the caller in logs only. Raises
         ``BrokerUnavailableError`` when JetStream refuses or does not answer."""
         try:
             return await self._open(partition, consumer_id)
@@ -222,7 +232,7 @@ class NatsTransport(Lifecycle):
     async def _open(self, partition: Partition, consumer_id: str) -> Subscription:
         js = self._jetstream()
         s = self.settings
-        name = self.subjects.consumer_name(partition)
+        name = self._consumer_name(partition)
         config = js_api.ConsumerConfig(
             name=name,
             durable_name=name,
@@ -273,7 +283,7 @@ class NatsTransport(Lifecycle):
         s = self.settings
         try:
             info = await js.consumer_info(
-                s.stream, self.subjects.consumer_name(partition), timeout=s.request_timeout
+                s.stream, self._consumer_name(partition), timeout=s.request_timeout
             )
             return (info.num_pending or 0) + (info.num_ack_pending or 0)
         except NotFoundError:
@@ -334,6 +344,10 @@ class NatsTransport(Lifecycle):
         await nc.publish(self.subjects.reg_response(partition, project_id), body.encode())
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _consumer_name(self, partition: Partition) -> str:
+        name = self.subjects.consumer_name(partition)
+        return name if self._position is None else f"{name}-{self._position}"
 
     def _stream_config(self) -> js_api.StreamConfig:
         s = self.settings

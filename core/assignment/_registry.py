@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from core.assignment._broadcast import BroadcastStrategy
 from core.assignment._consistent_hash import ConsistentHashStrategy
 from core.assignment._fan_out import FanOutStrategy
 from core.assignment._modulo import ModuloStrategy
@@ -26,6 +27,7 @@ STRATEGIES: Mapping[str, Strategy] = MappingProxyType(
             StickyStrategy(),
             FanOutStrategy(),
             WeightedStrategy(),
+            BroadcastStrategy(),
         )
     }
 )

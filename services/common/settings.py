@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.assignment import STRATEGIES
+from core.modes import ConsumptionMode, mode_problem
 from core.partitioning import DEFAULT_PARTITIONS
 
 COORDINATION_BACKENDS = ("etcd", "redis", "kafka", "nats")
@@ -35,6 +36,8 @@ class ShoalSettings(BaseSettings):
     coordination: str = "etcd"
     transport: str = "nats"
     strategy: str = "sticky"
+    # How the group's handlers share a partition (core.modes): exclusive, shared, broadcast.
+    consumption_mode: ConsumptionMode = ConsumptionMode.EXCLUSIVE
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
 
@@ -52,6 +55,16 @@ class ShoalSettings(BaseSettings):
     @classmethod
     def _known_strategy(cls, value: str) -> str:
         return _one_of(value, tuple(sorted(STRATEGIES)))
+
+    @model_validator(mode="after")
+    def _mode_fits(self) -> Self:
+        problem = mode_problem(self.consumption_mode, self.strategy, self.transport)
+        if problem is not None:
+            raise ValueError(
+                f"SHOAL_CONSUMPTION_MODE={self.consumption_mode} with "
+                f"SHOAL_STRATEGY={self.strategy}, SHOAL_TRANSPORT={self.transport}: {problem}"
+            )
+        return self
 
 
 class GatewaySettings(BaseSettings):

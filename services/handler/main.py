@@ -9,7 +9,15 @@ import anyio
 from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry, start_http_server
 
+from adapters.memory import InMemoryCoordination, InMemoryHoldStore
 from adapters.parquet import ParquetSettings
+from core.modes import (
+    ConsumptionMode,
+    broadcast_id_problem,
+    contends_for_holds,
+    position_of,
+    retention_problem,
+)
 from services.common.backends import Backends
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
@@ -31,8 +39,31 @@ class HandlerContainer(containers.DeclarativeContainer):
     parquet = providers.Singleton(ParquetSettings)
 
 
+def zone_of(data_dir: str, position: str | None) -> str:
+    """The handler's landing zone: the group's, or a broadcast handler's own table in a
+    folder named after its position (each copy is a table of its own: in one table the
+    copies would be duplicates of each other, and all but one refused)."""
+    return data_dir if position is None else f"{data_dir.rstrip('/')}/{position}"
+
+
 async def serve(container: HandlerContainer) -> None:
     settings: HandlerSettings = container.handler()
+    shoal: ShoalSettings = container.shoal()
+    mode = shoal.consumption_mode
+    problem = retention_problem(
+        mode,
+        deleted_on_ack=shoal.transport == "nats"
+        and container.backends.nats_settings().retention == "workqueue",
+    )
+    if mode is ConsumptionMode.BROADCAST:
+        problem = problem or broadcast_id_problem(
+            settings.id, chosen="id" in settings.model_fields_set
+        )
+    if problem is not None:
+        log.error("cannot run: %s", problem)
+        raise SystemExit(2)
+    position = position_of(mode, settings.id)
+    data_dir = zone_of(settings.data_dir, position)
     if settings.metrics_port:
         start_http_server(
             settings.metrics_port, settings.metrics_host, registry=container.registry()
@@ -42,11 +73,17 @@ async def serve(container: HandlerContainer) -> None:
         membership = await stack.enter_async_context(container.backends.membership())
         reports = await stack.enter_async_context(container.backends.load_reports())
         assignments = await stack.enter_async_context(container.backends.assignment_store())
-        holds = await stack.enter_async_context(container.backends.hold_store())
+        # Outside the exclusive mode nobody else competes for what this handler consumes
+        # (core.modes.contends_for_holds): its holds stay in this process.
+        holds = await stack.enter_async_context(
+            container.backends.hold_store()
+            if contends_for_holds(mode)
+            else InMemoryHoldStore(InMemoryCoordination())
+        )
         projects = await stack.enter_async_context(container.backends.project_registry())
-        transport = await stack.enter_async_context(container.backends.transport())
+        transport = await stack.enter_async_context(container.backends.transport(position=position))
         zone = await stack.enter_async_context(
-            open_landing_zone(settings.data_dir, parquet=container.parquet())
+            open_landing_zone(data_dir, parquet=container.parquet())
         )
         handler = Handler(
             settings=settings,
@@ -60,7 +97,10 @@ async def serve(container: HandlerContainer) -> None:
             landing_log=zone.log,
             metrics=container.metrics(),
         )
-        log.info("handler starting", extra=fields(id=settings.id, data_dir=settings.data_dir))
+        log.info(
+            "handler starting",
+            extra=fields(id=settings.id, data_dir=data_dir, consumption_mode=str(mode)),
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, settings.drain_timeout + 5)
             await handler.run(stop)

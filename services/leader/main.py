@@ -20,6 +20,7 @@ from adapters.kubernetes import KubernetesScaler, KubernetesSettings
 from adapters.local import LocalProcessScaler, LocalScalerSettings
 from adapters.spark import read_weights_file
 from core.assignment import strategy_named
+from core.modes import autoscaling_problem
 from core.ports import Scaler
 from services.common.backends import Backends
 from services.common.http import embedded_server, serve_until
@@ -56,6 +57,10 @@ async def serve(container: LeaderContainer) -> None:
     shoal: ShoalSettings = container.shoal()
     settings: LeaderSettings = container.leader()
     scaling_settings: AutoscalingSettings = container.scaling()
+    problem = autoscaling_problem(shoal.consumption_mode) if scaling_settings.active else None
+    if problem is not None:
+        log.error("cannot run: %s", problem)
+        raise SystemExit(2)
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         election = await stack.enter_async_context(container.backends.election())

@@ -7,7 +7,9 @@ An adapter's test module subclasses ``TransportContract`` and supplies:
   ``(dead_letter_hook) -> async context manager`` returning a fresh, isolated transport
   with ack_wait ``ACK_WAIT`` and the default duplicate window;
 - for ``persistent`` adapters, a ``crash_and_restart`` fixture: an async callable that
-  kills the server (kill -9) and brings it back with its data.
+  kills the server (kill -9) and brings it back with its data;
+- for adapters with positions of one's own (the broadcast mode), a ``make_transport_at``
+  fixture: like ``make_transport``, with the position's name as a second argument.
 
 The class name does not start with ``Test``, so pytest collects it only through subclasses.
 Every wait is bounded by ``anyio.fail_after``; no sleep is used as synchronisation.
@@ -40,6 +42,8 @@ STORE_GAP = 0.05  # seconds between publishes whose store times a test compares
 class Features:
     persistent: bool = False  # stored messages survive a server crash (kill -9) + restart
     redelivery_after_ack_wait: bool = True  # an unsettled delivery comes back after ack_wait
+    # two open subscriptions of one partition split its messages (the shared mode)
+    competing_subscriptions: bool = False
 
 
 class DeadLetterLog:
@@ -58,6 +62,7 @@ class ClosableTransport(Transport, Protocol):
 
 
 TransportFactory = Callable[[DeadLetterLog], AbstractAsyncContextManager[ClosableTransport]]
+PositionedFactory = Callable[[DeadLetterLog, str], AbstractAsyncContextManager[ClosableTransport]]
 
 
 def envelope(
@@ -108,6 +113,11 @@ class TransportContract:
             pytest.skip("adapter cannot crash its server")
 
         return unsupported
+
+    @pytest.fixture
+    def make_transport_at(self) -> PositionedFactory:
+        """For adapters with positions of one's own: ``(dead, position) -> transport``."""
+        pytest.skip("adapter has no positions of its own")
 
     @pytest.fixture
     def dead(self) -> DeadLetterLog:
@@ -389,6 +399,59 @@ class TransportContract:
         assert await transport.backlog(13) == 0
         third = await transport.open(13, "h3")
         await fetch_none(third, ACK_WAIT)
+
+    # -- consumption modes -------------------------------------------------------------
+
+    async def test_each_position_gets_every_message_and_keeps_it_when_positions_differ(
+        self, make_transport: TransportFactory, make_transport_at: PositionedFactory
+    ) -> None:
+        """Broadcast: two handlers' positions each deliver the whole partition, and acking
+        at one settles nothing at the other, nor at the group's own position."""
+        dead = DeadLetterLog()
+        sent = [envelope(5, "a", i) for i in range(1, 6)]
+        async with make_transport_at(dead, "ha") as a, make_transport_at(dead, "hb") as b:
+            await a.publish(sent)
+            sub_a = await a.open(5, "ha")
+            got_a = await fetch_n(sub_a, 5)
+            await sub_a.ack(got_a)
+            sub_b = await b.open(5, "hb")
+            got_b = await fetch_n(sub_b, 5)
+            await fetch_none(sub_b, 0.3)
+            await sub_b.ack(got_b[:2])
+        assert {d.envelope for d in got_a} == {d.envelope for d in got_b} == set(sent)
+        assert sorted(d.position for d in got_a) == sorted(d.position for d in got_b)
+        async with make_transport_at(dead, "ha") as a, make_transport_at(dead, "hb") as b:
+            await fetch_none(await a.open(5, "ha"), 0.3)  # a restart resumes its position
+            again = await fetch_n(await b.open(5, "hb"), 3, limit=ACK_WAIT + LIMIT)
+            assert {d.envelope for d in again} == set(sent[2:])
+        async with make_transport(dead) as group:
+            assert await group.backlog(5) == len(sent)
+            await fetch_n(await group.open(5, "h1"), 5)
+
+    async def test_competing_subscriptions_split_a_partition_with_none_lost_or_twice(
+        self, make_transport: TransportFactory
+    ) -> None:
+        """Shared: two subscriptions of one partition (two handlers' transports) each get
+        part of its messages; between them every message exactly once while they ack in
+        time."""
+        if not self.features.competing_subscriptions:
+            pytest.skip("a partition has one position per group on this transport")
+        dead = DeadLetterLog()
+        sent = [envelope(6, f"p{i % 3}", i) for i in range(1, 21)]
+        async with make_transport(dead) as a, make_transport(dead) as b:
+            await a.publish(sent)
+            sub_a, sub_b = await a.open(6, "ha"), await b.open(6, "hb")
+            got_a = await fetch_n(sub_a, 10)
+            got_b = await fetch_n(sub_b, 10)
+            await sub_a.ack(got_a)
+            await sub_b.ack(got_b)
+            await fetch_none(sub_a, 0.3)
+            await fetch_none(sub_b, 0.3)
+            assert await a.backlog(6) == 0
+        ids_a = {d.envelope.message_id for d in got_a}
+        ids_b = {d.envelope.message_id for d in got_b}
+        assert not ids_a & ids_b
+        assert ids_a | ids_b == {e.message_id for e in sent}
 
     async def test_backlog_counts_stored_unacked_messages(
         self, transport: ClosableTransport

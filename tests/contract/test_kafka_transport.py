@@ -29,6 +29,7 @@ from tests.contract._transport import (
     ClosableTransport,
     DeadLetterLog,
     Features,
+    PositionedFactory,
     TransportContract,
     TransportFactory,
     envelope,
@@ -148,6 +149,15 @@ def make_transport(settings: KafkaSettings) -> TransportFactory:
 @pytest.mark.kafka
 class TestKafkaTransport(TransportContract):
     features = Features(persistent=True)
+
+    @pytest.fixture
+    def make_transport_at(self, settings: KafkaSettings) -> PositionedFactory:
+        def make(
+            dead: DeadLetterLog, position: str
+        ) -> AbstractAsyncContextManager[ClosableTransport]:
+            return KafkaTransport(settings, dead_letter=dead, position=position)
+
+        return make
 
     @pytest.fixture
     def crash_and_restart(self, kafka_server: ServerInfo) -> Callable[[], Awaitable[None]]:

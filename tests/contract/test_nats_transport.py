@@ -31,6 +31,7 @@ from tests.contract._transport import (
     ClosableTransport,
     DeadLetterLog,
     Features,
+    PositionedFactory,
     TransportContract,
     TransportFactory,
     envelope,
@@ -69,7 +70,16 @@ def make_transport(settings: NatsSettings) -> TransportFactory:
 
 @pytest.mark.nats
 class TestNatsTransport(TransportContract):
-    features = Features(persistent=True)
+    features = Features(persistent=True, competing_subscriptions=True)
+
+    @pytest.fixture
+    def make_transport_at(self, settings: NatsSettings) -> PositionedFactory:
+        def make(
+            dead: DeadLetterLog, position: str
+        ) -> AbstractAsyncContextManager[ClosableTransport]:
+            return NatsTransport(settings, dead_letter=dead, position=position)
+
+        return make
 
     @pytest.fixture
     def crash_and_restart(self, nats_server: ServerInfo) -> Callable[[], Awaitable[None]]:

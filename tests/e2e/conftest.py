@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -92,19 +92,23 @@ def make_cluster(
         transport: str = "nats",
         landing: str = "disk",
         store: ServerInfo | None = None,
+        partitions: int = 128,
+        settings: Mapping[str, str] | None = None,
     ) -> Cluster:
         """``landing="s3"``: the handlers land in a fresh bucket of ``store`` (default: the
-        session's MinIO)."""
-        env: dict[str, str] = {}
+        session's MinIO). ``settings``: more SHOAL_* variables for every process."""
+        env: dict[str, str] = dict(settings or {})
         zone: str | None = None
         s3 = None
         if landing == "s3":
             minio: ServerInfo = store or request.getfixturevalue("minio_server")
-            env, s3 = s3_env(minio), settings_for(minio)
+            s3 = settings_for(minio)
+            env |= s3_env(minio)
             zone = f"s3://{fresh_bucket(minio)[1].bucket}/zone"
         cluster = Cluster(
             backend_env=backend_env(request, coordination, transport),
             work_dir=tmp_path / name,
+            partitions=partitions,
             env=env,
             landing=zone,
             s3=s3,

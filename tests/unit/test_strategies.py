@@ -33,7 +33,7 @@ from core.model import Assignment, Member, MemberId, Partition
 
 NAMES = sorted(STRATEGIES)
 
-# Exactly one owner per partition; fan-out may give a partition several.
+# Exactly one owner per partition; fan-out may give a partition several, broadcast all.
 EXCLUSIVE = frozenset({"modulo", "range", "consistent-hash", "sticky", "weighted"})
 # With equal weights, owner counts of the request's members differ by at most this
 # much; None: no claim.
@@ -44,6 +44,7 @@ BALANCE_BOUND: dict[str, int | None] = {
     "consistent-hash": None,
     "fan-out": 1,
     "weighted": None,
+    "broadcast": 0,
 }
 # Member m owns floor or ceil of its share P * w_m / sum(w): weight-proportional balance.
 PROPORTIONAL = frozenset({"sticky"})
@@ -53,7 +54,7 @@ LOAD_BALANCED = frozenset({"weighted"})
 # scratch; consistent-hash happens to pass but is covered by its own tests; weighted
 # trades this for its load bound (2 partitions, weights 1/.5/.5/1, the first leaving:
 # the .5 member that owned a partition gives it to the 1.0 member that owned none).
-KEEPS_ON_LEAVE = frozenset({"sticky", "fan-out"})
+KEEPS_ON_LEAVE = frozenset({"sticky", "fan-out", "broadcast"})
 
 
 def test_every_strategy_has_a_row_when_registered() -> None:
