@@ -281,7 +281,10 @@ def _group_line(document: Mapping[str, Any]) -> Text | None:
         return None  # a leader from before the document had group totals
     lag = group.get("total_lag")
     unknown = group.get("unknown_lag")
-    line = Text(f"group {group.get('name', '?')} · lag {_number(lag)}")
+    line = Text(f"group {group.get('name', '?')}")
+    if group.get("mode"):  # a leader from before the document named the mode has none
+        line.append(f" ({group['mode']})")
+    line.append(f" · lag {_number(lag)}")
     if isinstance(unknown, int) and unknown:
         line.append(f" ({unknown} partitions unknown)")
     line.append(f" · oldest unacked {_age(group.get('max_oldest_unacked_age_s'))}")

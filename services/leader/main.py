@@ -118,6 +118,7 @@ async def serve(container: LeaderContainer) -> None:
             peers=settings.peers,
             backlog=backlog,
             group=shoal.group,
+            mode=shoal.consumption_mode,
             alert_age=settings.backlog_alert_age,
             top_projects=settings.top_projects,
         )

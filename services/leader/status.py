@@ -50,12 +50,13 @@ class StatusReader:
         peers: Sequence[str] = (),
         backlog: BacklogReader | None = None,
         group: str = "default",
+        mode: str = "exclusive",
         alert_age: float = 60.0,
         top_projects: int = 10,
     ) -> None:
         """``backends``: ``{"coordination": ..., "transport": ...}`` as configured;
-        ``alert_age``: the backlog alert's threshold (seconds); ``top_projects``: how many
-        projects the ranking shows."""
+        ``mode``: the group's consumption mode; ``alert_age``: the backlog alert's
+        threshold (seconds); ``top_projects``: how many projects the ranking shows."""
         self._leader_loop = leader_loop
         self._election = election
         self._membership = membership
@@ -68,6 +69,7 @@ class StatusReader:
         self._peers = tuple(p.rstrip("/") for p in peers)
         self._backlog = backlog or BacklogReader(transport, partitions, ttl=lag_ttl)
         self._group = group
+        self._mode = mode
         self._alert_age = alert_age
         self._top_projects = top_projects
 
@@ -144,14 +146,16 @@ class StatusReader:
         }
 
     def group(self, backlog: Backlog) -> dict[str, Any]:
-        """The consumer group's backlog: its ``name``, ``total_lag`` over the partitions
-        whose lag was read (``unknown_lag``: how many could not be),
+        """The consumer group's backlog: its ``name`` and consumption ``mode``,
+        ``total_lag`` over the partitions whose lag was read (``unknown_lag``: how many
+        could not be),
         ``max_oldest_unacked_age_s``, the ``alert_age_s`` threshold and the partitions
         ``alerting`` (oldest unacked age above it, by the read shown)."""
         totals = group_backlog(backlog.lags, backlog.ages)
         alerting = backlog_alerts(backlog.known_ages(), self._alert_age, frozenset()).alerting
         return {
             "name": self._group,
+            "mode": self._mode,
             "total_lag": totals.total_lag,
             "unknown_lag": totals.unknown,
             "max_oldest_unacked_age_s": rounded_age(totals.max_oldest_age),

@@ -153,7 +153,9 @@ async def test_dashboard_of_shoal_up_shows_three_handlers_and_follows_a_killed_o
     up: UpStack, page: Page
 ) -> None:
     await page.goto(up.dashboard)
-    await page.wait_for_selector('#backends[data-coordination="etcd"][data-transport="nats"]')
+    await page.wait_for_selector(
+        '#backends[data-coordination="etcd"][data-transport="nats"][data-mode="exclusive"]'
+    )
     before = await _page_matches_store(page, up.state)
     owners = {o for owners in before.owners for o in owners}
     assert len(owners) == 3 and len(before.owners) == 128

@@ -225,6 +225,7 @@ async def test_the_status_document_ranks_projects_by_the_rows_landed(world: Worl
                 await anyio.sleep(0.05)
         assert document["group"] == {
             "name": "g1",
+            "mode": "exclusive",
             "total_lag": 0,
             "unknown_lag": 0,
             "max_oldest_unacked_age_s": None,

@@ -74,6 +74,7 @@ BACKLOG = {
     ],
     "group": {
         "name": "g1",
+        "mode": "broadcast",
         "total_lag": 230,
         "unknown_lag": 1,
         "max_oldest_unacked_age_s": 10.5,
@@ -318,8 +319,8 @@ def test_tables_show_the_oldest_age_per_partition_the_group_and_the_ranking(
     assert "OLDEST" not in plain.stdout and "TOP PROJECTS" not in plain.stdout
     out = result.stdout
     assert (
-        "group g1 · lag 230 (1 partitions unknown) · oldest unacked 10.5 s · alert age 6.0 s"
-        " · ALERTING partitions 6, 7"
+        "group g1 (broadcast) · lag 230 (1 partitions unknown) · oldest unacked 10.5 s"
+        " · alert age 6.0 s · ALERTING partitions 6, 7"
     ) in out.splitlines()
     partitions, projects = out.split("\nPARTITIONS", 1)[1].split("\nTOP PROJECTS", 1)
     rows = [line.split() for line in partitions.splitlines()]

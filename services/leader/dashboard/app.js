@@ -4,7 +4,7 @@
 // generation, data-partitions), .cell[data-partition][data-owner][data-generation]
 // [data-lag][data-holder], #members-body tr[data-member], #rebalances li[data-generation],
 // #scaling li[data-rule], #leader-id[data-leader], #leader-term, body[data-state],
-// #backends[data-coordination][data-transport], .cell[data-oldest] (.alerting),
+// #backends[data-coordination][data-transport][data-mode], .cell[data-oldest] (.alerting),
 // #oldest-unacked[data-age][data-alerting], #backlog-alert[data-partitions],
 // #projects-body tr[data-project].
 "use strict";
@@ -102,11 +102,13 @@
     servedEl.dataset.role = served.id ? (served.active ? "active" : "standby") : "";
     const backends = doc.backends || {};
     const backendsEl = $("backends");
+    const mode = doc.group && doc.group.mode ? ` · ${doc.group.mode} consumption` : "";
     backendsEl.textContent = backends.coordination
-      ? `${backends.coordination} coordination · ${backends.transport} transport`
+      ? `${backends.coordination} coordination · ${backends.transport} transport${mode}`
       : "–";
     backendsEl.dataset.coordination = backends.coordination || "";
     backendsEl.dataset.transport = backends.transport || "";
+    backendsEl.dataset.mode = (doc.group && doc.group.mode) || "";
     const members = Array.isArray(doc.members) ? doc.members : [];
     const rate = members.reduce((sum, m) => sum + (isNumber(m.rate) ? m.rate : 0), 0);
     $("throughput").textContent = `${num.format(rate)} msg/s`;
