@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from core.errors import ShoalError
+from core.errors import RouteError
 
 __all__ = [
     "LOCAL",
@@ -48,11 +48,6 @@ __all__ = [
 
 LOCAL = "@local"
 """The producing cluster "the gateway's own": each gateway publishes to its own cluster."""
-
-
-class RouteError(ShoalError, ValueError):
-    """A cluster map, route table or migration request that breaks a routing rule; the
-    message says which. Nothing was changed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from adapters.memory._membership import (
     InMemoryMembership,
     InMemoryMembershipLease,
 )
+from adapters.memory._routes import InMemoryRouteStore
 from adapters.memory._scaler import InMemoryScaler
 from adapters.memory._store import (
     InMemoryAssignmentStore,
@@ -39,6 +40,7 @@ __all__ = [
     "InMemoryMembership",
     "InMemoryMembershipLease",
     "InMemoryProjectRegistry",
+    "InMemoryRouteStore",
     "InMemoryScaler",
     "InMemoryTransport",
 ]
