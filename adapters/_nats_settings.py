@@ -61,6 +61,12 @@ class NatsSettings(ConnectionSecurity):
         default=True,
         description="refuse to start when a monitored server does not fsync each write",
     )
+    refuse_while_disconnected: bool = Field(
+        default=False,
+        description="publish() refuses at once while the connection is down instead of "
+        "waiting for it to come back (set per cluster by for_cluster: the gateway then "
+        "fails over to another datacenter without a publish in doubt)",
+    )
     stream: str = Field(default="SHOAL", pattern=rf"^{_TOKEN}$")
     subject_prefix: str = Field(default="handler.data.partitions", pattern=_SUBJECT_PREFIX)
     storage: Literal["file", "memory"] = "file"
@@ -172,6 +178,7 @@ class NatsSettings(ConnectionSecurity):
                 "cluster": cluster,
                 "name": f"{self.name}@{cluster}",
                 "monitor_url": None,
+                "refuse_while_disconnected": True,
             }
         )
 

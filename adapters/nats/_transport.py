@@ -139,6 +139,10 @@ class NatsTransport(Lifecycle):
         if not envelopes:
             return
         self._jetstream()
+        if self.settings.refuse_while_disconnected and not self._client().is_connected:
+            raise PublishError(
+                f"0 of {len(envelopes)} messages stored: not connected to {describe(self.settings)}"
+            )
         encoded = [(*encode(e, self.subjects), e.payload) for e in envelopes]
         size = self.settings.atomic_batch_max
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
