@@ -3,11 +3,13 @@ cluster of ``SHOAL_CLUSTERS`` and the route file. Shared by the gateway and the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from adapters.nats import NatsSettings, NatsTransport
 from adapters.routes import RouteFile
+from core.ports import RouteStore, Transport
 from core.routing import ClusterMap
 from services.common.settings import RoutingSettings, load_settings
 
@@ -17,8 +19,8 @@ __all__ = ["Datacenters", "enter_datacenters"]
 @dataclass(frozen=True)
 class Datacenters:
     clusters: ClusterMap
-    transports: dict[str, NatsTransport]  # by cluster name, entered
-    routes: RouteFile
+    transports: Mapping[str, Transport]  # by cluster name, entered
+    routes: RouteStore
     local: str | None  # SHOAL_CLUSTER
 
 

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from adapters.parquet import ParquetSettings
 from services.common.backends import Backends
+from services.common.clusters import enter_datacenters
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
@@ -45,6 +46,7 @@ async def serve(container: HandlerContainer) -> None:
         holds = await stack.enter_async_context(container.backends.hold_store())
         projects = await stack.enter_async_context(container.backends.project_registry())
         transport = await stack.enter_async_context(container.backends.transport())
+        datacenters = await enter_datacenters(stack, container.shoal().transport)
         zone = await stack.enter_async_context(
             open_landing_zone(settings.data_dir, parquet=container.parquet())
         )
@@ -59,6 +61,7 @@ async def serve(container: HandlerContainer) -> None:
             sink=zone.sink,
             landing_log=zone.log,
             metrics=container.metrics(),
+            datacenters=datacenters,
         )
         log.info("handler starting", extra=fields(id=settings.id, data_dir=settings.data_dir))
         async with anyio.create_task_group() as tg:
