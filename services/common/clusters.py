@@ -3,17 +3,21 @@ cluster of ``SHOAL_CLUSTERS`` and the route file. Shared by the gateway and the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from adapters.nats import NatsSettings, NatsTransport
 from adapters.routes import RouteFile
+from core.errors import RouteError
 from core.ports import RouteStore, Transport
-from core.routing import ClusterMap
+from core.routing import ClusterMap, RouteTable, default_table, validate_table
 from services.common.settings import RoutingSettings, load_settings
 
-__all__ = ["Datacenters", "enter_datacenters"]
+__all__ = ["Datacenters", "RouteView", "enter_datacenters"]
+
+log = logging.getLogger("shoal.routing")
 
 
 @dataclass(frozen=True)
@@ -47,3 +51,28 @@ async def enter_datacenters(stack: AsyncExitStack, transport: str) -> Datacenter
         RouteFile(routing.routes_file, poll_interval=routing.routes_poll)
     )
     return Datacenters(clusters, transports, routes, routing.cluster)
+
+
+class RouteView:
+    """The table a process acts on: each newly read table is checked against the cluster
+    map (``validate_table``); one that breaks a rule (a hand-edited file naming an unknown
+    cluster) is logged once and the last good table stays in force."""
+
+    def __init__(self, clusters: ClusterMap) -> None:
+        self.clusters = clusters
+        self.table = default_table(clusters)
+        self._refused: RouteTable | None = None
+
+    def apply(self, table: RouteTable | None) -> RouteTable:
+        if table is None or table in (self.table, self._refused):
+            return self.table
+        try:
+            validate_table(table, self.clusters)
+        except RouteError as exc:
+            self._refused = table
+            log.error(
+                "route table v%d refused, keeping v%d: %s", table.version, self.table.version, exc
+            )
+            return self.table
+        self.table = table
+        return table

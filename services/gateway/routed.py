@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope
 from core.ports import RouteStore, Transport
-from core.routing import ClusterMap, default_table, produce_targets, route_for
+from core.routing import ClusterMap, produce_targets, route_for
+from services.common.clusters import RouteView
 from services.common.logs import fields
 
 __all__ = ["RoutedPublisher"]
@@ -33,12 +34,16 @@ class RoutedPublisher:
     routes: RouteStore
     clusters: ClusterMap
     local: str  # this gateway's own cluster (SHOAL_CLUSTER)
+    view: RouteView = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "view", RouteView(self.clusters))
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         """Publish each project's envelopes (in order) to the first of its route's
         clusters that confirms them. ``PublishError`` naming every cluster tried when
         none did (some of them may have stored some messages: a retry is a no-op there)."""
-        table = await self.routes.current() or default_table(self.clusters)
+        table = self.view.apply(await self.routes.current())
         groups: dict[str, list[Envelope]] = {}
         for envelope in envelopes:
             groups.setdefault(envelope.project_id, []).append(envelope)

@@ -65,8 +65,8 @@ from core.ports import (
     Transport,
 )
 from core.retry import DeadLetterReason, deliveries_exhausted, retry_delay
-from core.routing import RouteTable, default_table, held_back, subscribed_clusters
-from services.common.clusters import Datacenters
+from core.routing import RouteTable, held_back, subscribed_clusters
+from services.common.clusters import Datacenters, RouteView
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
@@ -120,6 +120,7 @@ class Handler:
         # route table consumes; None: from ``transport`` only.
         self._datacenters = datacenters
         self._routes: Observed[RouteTable | None] = Observed(None)
+        self._route_view = None if datacenters is None else RouteView(datacenters.clusters)
         self._id: MemberId = settings.id
         self._membership = membership
         self._reports = reports
@@ -545,8 +546,8 @@ class Handler:
             reading.discard(cluster)
 
     def _route_table(self) -> RouteTable:
-        assert self._datacenters is not None
-        return self._routes.value or default_table(self._datacenters.clusters)
+        assert self._route_view is not None
+        return self._route_view.table
 
     async def _take(
         self, ownership: _Ownership, subscription: Subscription, deliveries: Sequence[Delivery]
@@ -703,13 +704,14 @@ class Handler:
         """Follow the route table; started once the first table (or none) is read."""
         assert self._datacenters is not None
         started = False
-        async for table in self._datacenters.routes.watch():
+        assert self._route_view is not None
+        async for stored in self._datacenters.routes.watch():
+            table = self._route_view.apply(stored)
             self._routes.set(table)
             if not started:
                 started = True
                 task_status.started()
-            if table is not None:
-                log.info("route table applied", extra=fields(version=table.version))
+            log.info("route table applied", extra=fields(version=table.version))
 
     async def _watch_members(self) -> None:
         async for members in self._membership.watch():

@@ -128,3 +128,14 @@ async def test_a_route_change_counts_from_the_next_request(
     await routes.put(RouteTable(2, table.default, (Route("any-", "west", ("west",)),)))
     assert (await client.post("/v1/projects/any-4/messages", json={"n": 1})).status_code == 202
     assert (await stored(dcs["east"], "any-4"), await stored(dcs["west"], "any-4")) == (0, 2)
+
+
+async def test_a_table_naming_an_unknown_cluster_is_refused_and_the_last_good_kept(
+    client: httpx.AsyncClient, dcs: dict[str, Switchable], routes: InMemoryRouteStore
+) -> None:
+    assert (await client.post("/v1/projects/w-4/messages", json={"n": 1})).status_code == 202
+    table = await routes.current()
+    assert table is not None
+    await routes.put(RouteTable(2, table.default, (Route("w-", "north", ("north",)),)))
+    assert (await client.post("/v1/projects/w-5/messages", json={"n": 1})).status_code == 202
+    assert await stored(dcs["west"], "w-5") == 2
