@@ -503,11 +503,21 @@ class Handler:
         def keep(fetched: Sequence[Delivery]) -> Sequence[Delivery]:
             # One table for the waiting and the fetched: a project's messages stay in order.
             table = self._route_table()
+            before = len(waiting)
             pending, release = [*waiting, *fetched], list[Delivery]()
             waiting.clear()
             for delivery in pending:
                 held = held_back(delivery.envelope.project_id, cluster, table)
                 (waiting if held else release).append(delivery)
+            if before and not waiting:
+                log.info(
+                    "held-back messages released",
+                    extra=fields(partition=partition, cluster=cluster, messages=before),
+                )
+            elif waiting and not before:
+                log.info(
+                    "holding messages back", extra=fields(partition=partition, cluster=cluster)
+                )
             return release
 
         try:
