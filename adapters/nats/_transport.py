@@ -115,6 +115,11 @@ class NatsTransport(Lifecycle):
             await nc.close()
 
     @property
+    def connected(self) -> bool:
+        """Connected to a server now (False while reconnecting, and before entering)."""
+        return self._nc is not None and self._nc.is_connected
+
+    @property
     def dead_letters(self) -> int:
         """How many dead letters this transport has handled since it was entered."""
         return self._dead.count if self._dead else 0
@@ -139,7 +144,7 @@ class NatsTransport(Lifecycle):
         if not envelopes:
             return
         self._jetstream()
-        if self.settings.refuse_while_disconnected and not self._client().is_connected:
+        if self.settings.refuse_while_disconnected and not self.connected:
             raise PublishError(
                 f"0 of {len(envelopes)} messages stored: not connected to {describe(self.settings)}"
             )
