@@ -7,15 +7,17 @@ import logging
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Protocol
 
 from adapters.nats import NatsSettings, NatsTransport
 from adapters.routes import RouteFile
-from core.errors import RouteError
+from core.errors import BrokerUnavailableError, RouteError
+from core.model import Partition
 from core.ports import RouteStore, Transport
 from core.routing import ClusterMap, RouteTable, default_table, validate_table
 from services.common.settings import RoutingSettings, load_settings
 
-__all__ = ["Datacenters", "RouteView", "enter_datacenters"]
+__all__ = ["Backlogs", "ClusterBacklogs", "Datacenters", "RouteView", "enter_datacenters"]
 
 log = logging.getLogger("shoal.routing")
 
@@ -76,3 +78,28 @@ class RouteView:
             return self.table
         self.table = table
         return table
+
+
+class Backlogs(Protocol):
+    """What the leader reads for lag (scaling, status): a ``Transport``, or the sum over
+    every datacenter (``ClusterBacklogs``)."""
+
+    async def backlog(self, partition: Partition) -> int: ...
+
+
+@dataclass(frozen=True)
+class ClusterBacklogs:
+    """A partition's backlog summed over every cluster. Unknown (``BrokerUnavailableError``)
+    when any cluster does not answer: the scaling rules then hold instead of acting on a
+    backlog that leaves a datacenter out."""
+
+    transports: Mapping[str, Transport]
+
+    async def backlog(self, partition: Partition) -> int:
+        total = 0
+        for name, transport in self.transports.items():
+            try:
+                total += await transport.backlog(partition)
+            except BrokerUnavailableError as exc:
+                raise BrokerUnavailableError(f"cluster {name}: {exc}") from exc
+        return total

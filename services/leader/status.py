@@ -19,8 +19,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Gauge
 
-from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership, Transport
+from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership
 from core.scaling import member_loads
+from services.common.clusters import Backlogs
 from services.common.metrics import metrics_response
 from services.leader.dashboard import mount_dashboard
 from services.leader.leader_loop import LeaderLoop
@@ -38,7 +39,7 @@ class StatusReader:
         reports: LoadReports,
         store: AssignmentStore,
         holds: HoldStore,
-        transport: Transport,
+        transport: Backlogs,
         partitions: int,
         backends: Mapping[str, str],
         lag_ttl: float = 2.0,
