@@ -3,21 +3,35 @@ cluster of ``SHOAL_CLUSTERS`` and the route file. Shared by the gateway and the 
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
+import anyio
+from anyio.abc import TaskStatus
+
 from adapters.nats import NatsSettings, NatsTransport
 from adapters.routes import RouteFile
-from core.errors import BrokerUnavailableError, RouteError
+from core.errors import BrokerUnavailableError, PublishError, RouteError
+from core.messages import Envelope
 from core.model import Partition
-from core.ports import RouteStore, Transport
+from core.ports import RouteStore, Subscription, Transport
+from core.retry import retry_delay
 from core.routing import ClusterMap, RouteTable, default_table, validate_table
+from services.common.logs import fields
 from services.common.settings import RoutingSettings, load_settings
 
-__all__ = ["Backlogs", "ClusterBacklogs", "Datacenters", "RouteView", "enter_datacenters"]
+__all__ = [
+    "Backlogs",
+    "ClusterBacklogs",
+    "Datacenters",
+    "LateCluster",
+    "RouteView",
+    "enter_datacenters",
+]
 
 log = logging.getLogger("shoal.routing")
 
@@ -32,7 +46,8 @@ class Datacenters:
 
 async def enter_datacenters(stack: AsyncExitStack, transport: str) -> Datacenters | None:
     """None when ``SHOAL_CLUSTERS`` is unset (one cluster, the usual transport settings).
-    Every cluster must answer to start: a process starts where it can reach them all."""
+    A cluster that does not answer at start is connected in the background (``LateCluster``):
+    a process starts, and serves from the other clusters, while a datacenter is down."""
     routing = load_settings(RoutingSettings)
     clusters = routing.cluster_map
     if clusters is None:
@@ -43,16 +58,86 @@ async def enter_datacenters(stack: AsyncExitStack, transport: str) -> Datacenter
             "only (Kafka clusters are the same shape, not built yet)"
         )
     base = load_settings(NatsSettings)
-    transports = {
-        name: await stack.enter_async_context(
-            NatsTransport(base.for_cluster(name, clusters.addresses(name)))
-        )
-        for name in clusters.names
-    }
+    connecting = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(connecting.cancel_scope.cancel)  # runs first on the way out
+    transports: dict[str, Transport] = {}
+    for name in clusters.names:
+        settings = base.for_cluster(name, clusters.addresses(name))
+        late = LateCluster(name, functools.partial(NatsTransport, settings))
+        await connecting.start(late.run)
+        transports[name] = late
     routes = await stack.enter_async_context(
         RouteFile(routing.routes_file, poll_interval=routing.routes_poll)
     )
     return Datacenters(clusters, transports, routes, routing.cluster)
+
+
+class LateCluster:
+    """One cluster's transport, for a process that must start while that datacenter is
+    down: ``run`` enters the transport, retrying with backoff until it connects, and keeps
+    it until cancelled (once connected, the transport reconnects by itself). Until then
+    every call refuses as a cluster that is down does, so the gateway falls back and the
+    handler's reader for this cluster retries."""
+
+    def __init__(
+        self, name: str, make: Callable[[], AbstractAsyncContextManager[Transport]]
+    ) -> None:
+        self.name = name
+        self._make = make
+        self._inner: Transport | None = None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Reports started after the first attempt, connected or not."""
+        failures = 0
+        started = False
+        while True:
+            try:
+                async with self._make() as transport:
+                    self._inner = transport
+                    if failures:
+                        log.info("cluster connected", extra=fields(cluster=self.name))
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await anyio.sleep_forever()
+            except Exception as exc:  # not there yet: the other clusters serve meanwhile
+                failures += 1
+                delay = retry_delay(failures, base=0.5, cap=10.0)
+                log.warning(
+                    "cluster not reachable; connecting in the background",
+                    extra=fields(cluster=self.name, error=repr(exc), retry_in=delay),
+                )
+            finally:
+                self._inner = None
+            if not started:
+                started = True
+                task_status.started()
+            await anyio.sleep(delay)
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        inner = self._inner
+        if inner is None:
+            raise PublishError(
+                f"0 of {len(envelopes)} messages stored: cluster {self.name} not connected yet"
+            )
+        await inner.publish(envelopes)
+
+    async def open(self, partition: Partition, consumer_id: str) -> Subscription:
+        inner = self._inner
+        if inner is None:
+            raise BrokerUnavailableError(f"cluster {self.name} not connected yet")
+        return await inner.open(partition, consumer_id)
+
+    async def backlog(self, partition: Partition) -> int:
+        inner = self._inner
+        if inner is None:
+            raise BrokerUnavailableError(f"cluster {self.name} not connected yet")
+        return await inner.backlog(partition)
+
+    async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
+        inner = self._inner
+        if inner is not None:  # best effort, as the port says
+            await inner.reply_registration(partition, project_id, by)
 
 
 class RouteView:
