@@ -45,6 +45,13 @@ class NatsSettings(ConnectionSecurity):
         default="nats://127.0.0.1:4222", description="one URL or several, comma-separated"
     )
     name: str = "shoal"
+    cluster: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9_-]*$",
+        description="the datacenter this connection reaches (multi-datacenter routing, "
+        "core.routing); part of the log id, so one partition read from two clusters is "
+        "two logs. Empty with one cluster.",
+    )
     monitor_url: str | None = Field(
         default=None,
         description="the servers' monitoring endpoints (http://host:8222, comma-separated): "
@@ -53,6 +60,12 @@ class NatsSettings(ConnectionSecurity):
     require_sync_always: bool = Field(
         default=True,
         description="refuse to start when a monitored server does not fsync each write",
+    )
+    refuse_while_disconnected: bool = Field(
+        default=False,
+        description="publish() refuses at once while the connection is down instead of "
+        "waiting for it to come back (set per cluster by for_cluster: the gateway then "
+        "fails over to another datacenter without a publish in doubt)",
     )
     stream: str = Field(default="SHOAL", pattern=rf"^{_TOKEN}$")
     subject_prefix: str = Field(default="handler.data.partitions", pattern=_SUBJECT_PREFIX)
@@ -161,6 +174,20 @@ class NatsSettings(ConnectionSecurity):
     @property
     def servers(self) -> list[str]:
         return [u.strip() for u in self.url.split(",") if u.strip()]
+
+    def for_cluster(self, cluster: str, addresses: tuple[str, ...]) -> NatsSettings:
+        """These settings for one cluster of the cluster map: its addresses and name.
+        The monitoring URLs are the settings' own cluster's, so they are dropped here: the
+        fsync check runs where ``SHOAL_NATS_MONITOR_URL`` names that cluster's servers."""
+        return self.model_copy(
+            update={
+                "url": ",".join(addresses),
+                "cluster": cluster,
+                "name": f"{self.name}@{cluster}",
+                "monitor_url": None,
+                "refuse_while_disconnected": True,
+            }
+        )
 
     @property
     def monitors(self) -> list[str]:

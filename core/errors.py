@@ -9,6 +9,7 @@
     ``FencedError``
   - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``)
   - landing: ``OwnershipLostError``, ``CommitRefusedError``
+  - routing: ``RouteError`` (a ``ValueError``), ``RouteConflictError``
 
 Ports say which of these each method raises; adapters translate their client library's
 errors into them.
@@ -92,3 +93,13 @@ class CommitRefusedError(ShoalError):
     """A landed-table commit that does not follow from the state: a wrong version, a
     position already settled, a file already in the table, or the removal of a file that
     is not in it. Nothing changed."""
+
+
+class RouteError(ShoalError, ValueError):
+    """A cluster map, route table or migration request that breaks a routing rule
+    (``core.routing``); the message says which. Nothing was changed."""
+
+
+class RouteConflictError(ShoalError):
+    """A route table was not stored: the stored table's version is not the one it follows
+    (another change came first). Nothing changed; re-read and plan again."""

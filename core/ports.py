@@ -22,6 +22,7 @@ from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.replay import StoredMessage, Window
 from core.retry import DeadLetterReason
+from core.routing import RouteTable
 from core.table import Commit, LandedFile, StoredFile, TableState
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Membership",
     "MembershipLease",
     "ProjectRegistry",
+    "RouteStore",
     "Scaler",
     "Sink",
     "Subscription",
@@ -507,4 +509,26 @@ class Scaler(Protocol):
     async def scale_to(self, replicas: int) -> None:
         """Ask for ``replicas`` handlers and return without waiting for them (``ValueError``
         below 0). ``TimeoutError`` when the platform does not answer in time."""
+        ...
+
+
+class RouteStore(Protocol):
+    """The route table in force (``core.routing``), shared by every gateway, handler and
+    ``shoal migrate``, in every cluster. Every method raises ``OSError`` (or ``ValueError``
+    for a malformed store) when the store cannot be read."""
+
+    async def current(self) -> RouteTable | None:
+        """The stored table; None before the first ``put`` (the default table applies)."""
+        ...
+
+    async def put(self, table: RouteTable) -> None:
+        """Store ``table`` if it follows the stored one: its version is the stored
+        version + 1 (1 when none is stored). Raises ``RouteConflictError`` otherwise; nothing
+        changes then. The caller validates the table (``core.routing.validate_table``)."""
+        ...
+
+    def watch(self) -> AsyncIterator[RouteTable | None]:
+        """Yield the stored table now and every newer one once seen (a file store polls:
+        within its poll interval). Versions only grow; none is yielded twice. A read that
+        fails after the first is logged and retried, keeping the last good table."""
         ...

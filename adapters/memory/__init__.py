@@ -18,6 +18,7 @@ from adapters.memory._membership import (
     InMemoryMembership,
     InMemoryMembershipLease,
 )
+from adapters.memory._routes import InMemoryRouteStore
 from adapters.memory._scaler import InMemoryScaler
 from adapters.memory._store import (
     InMemoryAssignmentStore,
@@ -41,6 +42,7 @@ __all__ = [
     "InMemoryMembership",
     "InMemoryMembershipLease",
     "InMemoryProjectRegistry",
+    "InMemoryRouteStore",
     "InMemoryScaler",
     "InMemoryTransport",
 ]

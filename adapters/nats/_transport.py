@@ -123,6 +123,11 @@ class NatsTransport(Lifecycle):
             await nc.close()
 
     @property
+    def connected(self) -> bool:
+        """Connected to a server now (False while reconnecting, and before entering)."""
+        return self._nc is not None and self._nc.is_connected
+
+    @property
     def dead_letters(self) -> int:
         """How many dead letters this transport has handled since it was entered."""
         return self._dead.count if self._dead else 0
@@ -147,6 +152,10 @@ class NatsTransport(Lifecycle):
         if not envelopes:
             return
         self._jetstream()
+        if self.settings.refuse_while_disconnected and not self.connected:
+            raise PublishError(
+                f"0 of {len(envelopes)} messages stored: not connected to {describe(self.settings)}"
+            )
         encoded = [(*encode(e, self.subjects), e.payload) for e in envelopes]
         size = self.settings.atomic_batch_max
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
@@ -258,7 +267,7 @@ class NatsTransport(Lifecycle):
             subjects=self.subjects,
             dead=self._dead,
             stream=s.stream,
-            log_id=f"nats:{s.stream}@{created}",
+            log_id=self._log_id(created),
             request_timeout=s.request_timeout,
             ack_wait=s.ack_wait,
             flusher=self._flusher,
@@ -266,6 +275,43 @@ class NatsTransport(Lifecycle):
         )
         self._subscriptions.add(sub)
         return sub
+
+    def _log_id(self, created: str) -> str:
+        """The stream and its creation time; with the cluster's name in front when set, so
+        two datacenters' streams (same name, maybe created in the same instant) never
+        share a log: their positions are unrelated."""
+        s = self.settings
+        where = f"{s.cluster}/" if s.cluster else ""
+        return f"nats:{where}{s.stream}@{created}"
+
+    async def drain_mark(self, partition: Partition) -> int:
+        """A position at or above every message of ``partition`` stored so far (the
+        stream's last sequence), for ``drained``. Multi-datacenter migration only; the Kafka
+        transport has the same shape (end offset) but it is not built yet."""
+        try:
+            info = await self._jetstream().stream_info(self.settings.stream)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise BrokerUnavailableError(f"NATS: stream info: {exc!r}") from exc
+        return info.state.last_seq
+
+    async def drained(self, partition: Partition, mark: int) -> tuple[bool, int]:
+        """Whether every message of ``partition`` at or below ``mark`` is acked (its
+        consumer's ack floor reached the mark, or nothing is pending or unacked at all),
+        and how many of its messages are pending or unacked now."""
+        js = self._jetstream()
+        s = self.settings
+        try:
+            info = await js.consumer_info(
+                s.stream, self.subjects.consumer_name(partition), timeout=s.request_timeout
+            )
+        except NotFoundError:  # never consumed: drained only if nothing was stored
+            stored = await self.backlog(partition)
+            return stored == 0, stored
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise BrokerUnavailableError(f"NATS: consumer of {partition}: {exc!r}") from exc
+        waiting = (info.num_pending or 0) + (info.num_ack_pending or 0)
+        floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+        return (floor >= mark or waiting == 0), waiting
 
     async def backlog(self, partition: Partition) -> int:
         """The consumer's pending plus unacked messages; before the consumer exists, the

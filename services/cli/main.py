@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -13,7 +14,7 @@ import typer
 from rich.console import Console
 
 from core.assignment import AssignmentOptions
-from core.errors import ShoalError
+from core.errors import RouteError, ShoalError
 from core.partitioning import DEFAULT_PARTITIONS, partition_for
 from services.cli import _simulate, _status
 from services.cli._analytics import analytics_app
@@ -277,6 +278,73 @@ def bench(ctx: typer.Context) -> None:
         [sys.executable, "-m", "tests.bench.pipeline", *ctx.args], cwd=checkout, check=False
     )
     raise typer.Exit(done.returncode)
+
+
+@app.command()
+def migrate(
+    *,
+    project_prefix: Annotated[
+        str, typer.Option("--project-prefix", help="projects whose id starts with this")
+    ],
+    to: Annotated[str, typer.Option("--to", help="the cluster (of SHOAL_CLUSTERS) to move to")],
+    ordered: Annotated[
+        bool,
+        typer.Option(
+            "--ordered",
+            help="keep per-project order: produce to the target at once, hold its messages "
+            "back until the sources drained",
+        ),
+    ] = False,
+    settle: Annotated[
+        float, typer.Option(help="seconds each stored table gets to be applied everywhere")
+    ] = 1.0,
+    drain_timeout: Annotated[float, typer.Option(help="seconds the drain step may take")] = 300.0,
+    partitions: Annotated[int, typer.Option(envvar="SHOAL_PARTITIONS", help="partitions P")] = (
+        DEFAULT_PARTITIONS
+    ),
+) -> None:
+    """Move a project prefix to another datacenter: consume from both, produce to the
+    target, wait until the sources drained, consume from the target only (SHOAL_CLUSTERS,
+    SHOAL_ROUTES_FILE, SHOAL_NATS_*). Prints each step with its duration and counts."""
+    from contextlib import AsyncExitStack  # noqa: PLC0415 (see _lazy)
+
+    from services.cli._migrate import (  # noqa: PLC0415 (see _lazy)
+        MigrationError,
+        StepDone,
+        open_datacenters,
+    )
+    from services.cli._migrate import migrate as run_migration  # noqa: PLC0415 (see _lazy)
+
+    def report(step: StepDone) -> None:
+        typer.echo(f"step {step.number}/{step.of} {step.why}: {step.seconds:.2f} s; {step.detail}")
+
+    async def run() -> None:
+        async with AsyncExitStack() as stack:
+            clusters, routes, transports = await open_datacenters(
+                stack, prefix=project_prefix, target=to, ordered=ordered
+            )
+            await run_migration(
+                prefix=project_prefix,
+                target=to,
+                ordered=ordered,
+                routes=routes,
+                clusters=clusters,
+                transports=transports,
+                partitions=partitions,
+                settle=settle,
+                drain_timeout=drain_timeout,
+                report=report,
+            )
+
+    started = time.monotonic()
+    try:
+        anyio.run(run)
+    except RouteError as exc:
+        _fail(str(exc))
+    except (MigrationError, ShoalError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"migrated {project_prefix}* to {to} in {time.monotonic() - started:.2f} s")
 
 
 # _lazy: the service commands import their service when run, so that `shoal partition` and

@@ -15,8 +15,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.assignment import STRATEGIES
+from core.errors import RouteError
 from core.modes import ConsumptionMode, mode_problem
 from core.partitioning import DEFAULT_PARTITIONS
+from core.routing import ClusterMap, parse_cluster_map
 
 COORDINATION_BACKENDS = ("etcd", "redis", "kafka", "nats")
 TRANSPORT_BACKENDS = ("nats", "kafka")
@@ -64,6 +66,38 @@ class ShoalSettings(BaseSettings):
                 f"SHOAL_CONSUMPTION_MODE={self.consumption_mode} with "
                 f"SHOAL_STRATEGY={self.strategy}, SHOAL_TRANSPORT={self.transport}: {problem}"
             )
+        return self
+
+
+class RoutingSettings(BaseSettings):
+    """Multi-datacenter routing (``core.routing``); off unless ``SHOAL_CLUSTERS`` is set.
+    NATS JetStream only: each cluster is one NATS deployment reached with the
+    ``SHOAL_NATS_*`` settings but its own addresses."""
+
+    model_config = SettingsConfigDict(env_prefix="SHOAL_", extra="ignore")
+
+    # east=nats://a:4222|nats://b:4222,west=nats://c:4222
+    clusters: str | None = None
+    # This process's own datacenter: where a gateway publishes projects routed LOCAL.
+    cluster: str | None = None
+    # The route table (``shoal migrate`` writes it); without it the default table holds.
+    routes_file: Path = Path("var/routes.json")
+    routes_poll: float = Field(default=0.2, gt=0)
+
+    @property
+    def cluster_map(self) -> ClusterMap | None:
+        return None if self.clusters is None else parse_cluster_map(self.clusters)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.clusters is None:
+            return self
+        try:
+            names = parse_cluster_map(self.clusters).names
+        except RouteError as exc:
+            raise ValueError(f"SHOAL_CLUSTERS: {exc}") from None
+        if self.cluster is not None and self.cluster not in names:
+            raise ValueError(f"SHOAL_CLUSTER: {self.cluster!r} is not one of {list(names)}")
         return self
 
 

@@ -26,12 +26,12 @@ from core.ingest import (
     stamp,
 )
 from core.messages import PROJECT_ID_PATTERN, is_valid_project_id
-from core.ports import AcceptanceLedger, ApiKeyStore, IdempotencyStore, Transport
+from core.ports import AcceptanceLedger, ApiKeyStore, IdempotencyStore
 from core.tracking import RecentSet, SeriesCounters
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 from services.gateway.idempotency import IdempotentIngest, idempotency_key
-from services.gateway.publishing import RecordedPublish
+from services.gateway.publishing import Publisher, RecordedPublish
 
 log = logging.getLogger("shoal.gateway")
 
@@ -134,7 +134,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def create_app(
-    transport: Transport,
+    transport: Publisher,
     *,
     gateway_id: str,
     partitions: int,

@@ -13,11 +13,14 @@ from adapters.keys import ApiKeyFile
 from adapters.ledger import JsonlLedger
 from core.ingest import IngestLimits
 from services.common.backends import Backends
+from services.common.clusters import enter_datacenters
 from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
 from services.common.settings import GatewaySettings, ShoalSettings
 from services.gateway.app import create_app
+from services.gateway.publishing import Publisher
+from services.gateway.routed import RoutedPublisher
 
 log = logging.getLogger("shoal.gateway")
 
@@ -36,7 +39,16 @@ async def serve(container: GatewayContainer) -> None:
     # series, so every process gets its own id even when SHOAL_GATEWAY_ID is fixed.
     gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
-        transport = await stack.enter_async_context(container.backends.transport())
+        datacenters = await enter_datacenters(stack, shoal.transport)
+        transport: Publisher
+        if datacenters is None:
+            transport = await stack.enter_async_context(container.backends.transport())
+        else:
+            if datacenters.local is None:
+                raise SystemExit("error: SHOAL_CLUSTER: a gateway must name its own cluster")
+            transport = RoutedPublisher(
+                datacenters.transports, datacenters.routes, datacenters.clusters, datacenters.local
+            )
         idempotency = await stack.enter_async_context(
             container.backends.idempotency_store(window=settings.idempotency_window)
         )

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from fastapi.responses import JSONResponse
@@ -21,20 +21,29 @@ from fastapi.responses import JSONResponse
 from core.errors import PublishError
 from core.ingest import announcement
 from core.messages import Envelope, LedgerEntry, Outcome
-from core.ports import AcceptanceLedger, Transport
+from core.ports import AcceptanceLedger
 from services.common.logs import fields
 
 if TYPE_CHECKING:
     from services.gateway.app import GatewayMetrics, GatewayState
 
-__all__ = ["RecordedPublish"]
+__all__ = ["Publisher", "RecordedPublish"]
 
 log = logging.getLogger("shoal.gateway")
 
 
+class Publisher(Protocol):
+    """What the gateway needs of a transport: any ``Transport``, or the multi-datacenter
+    ``RoutedPublisher`` over one transport per cluster."""
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None: ...
+
+    async def backlog(self, partition: int) -> int: ...
+
+
 @dataclass(frozen=True)
 class RecordedPublish:
-    transport: Transport
+    transport: Publisher
     ledger: AcceptanceLedger | None
     state: GatewayState
     metrics: GatewayMetrics

@@ -19,6 +19,7 @@ from core.modes import (
     retention_problem,
 )
 from services.common.backends import Backends
+from services.common.clusters import enter_datacenters
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
@@ -82,6 +83,7 @@ async def serve(container: HandlerContainer) -> None:
         )
         projects = await stack.enter_async_context(container.backends.project_registry())
         transport = await stack.enter_async_context(container.backends.transport(position=position))
+        datacenters = await enter_datacenters(stack, container.shoal().transport, position=position)
         zone = await stack.enter_async_context(
             open_landing_zone(data_dir, parquet=container.parquet())
         )
@@ -96,6 +98,7 @@ async def serve(container: HandlerContainer) -> None:
             sink=zone.sink,
             landing_log=zone.log,
             metrics=container.metrics(),
+            datacenters=datacenters,
         )
         log.info(
             "handler starting",

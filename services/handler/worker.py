@@ -15,12 +15,12 @@ import logging
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 import psutil
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from core.backlog import ProjectVolume, top_projects
 from core.coordination import Hold
@@ -66,6 +66,8 @@ from core.ports import (
     Transport,
 )
 from core.retry import DeadLetterReason, deliveries_exhausted, retry_delay
+from core.routing import RouteTable, held_back, subscribed_clusters
+from services.common.clusters import Datacenters, RouteView
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
@@ -90,7 +92,9 @@ class _Ownership:
     granted_at: float
     revoked: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
-    subscription: Subscription | None = None  # open while consuming, until handed back
+    # open while consuming, until handed back: one per cluster read ("" with one cluster)
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    refresh_at: float = 0.0  # monotonic time of the next refresh of its registrations
     started: bool = False  # consumed at least once (the handoff time is measured)
     # projects that sent data since the last refresh of their registrations (at most the cap)
     active: set[str] = field(default_factory=set)
@@ -110,8 +114,14 @@ class Handler:
         sink: Sink,
         landing_log: LandingLog,
         metrics: HandlerMetrics,
+        datacenters: Datacenters | None = None,
     ) -> None:
         self._settings = settings
+        # Multi-datacenter routing: every owned partition is read from each cluster the
+        # route table consumes; None: from ``transport`` only.
+        self._datacenters = datacenters
+        self._routes: Observed[RouteTable | None] = Observed(None)
+        self._route_view = None if datacenters is None else RouteView(datacenters.clusters)
         self._id: MemberId = settings.id
         self._membership = membership
         self._reports = reports
@@ -173,6 +183,8 @@ class Handler:
         async with anyio.create_task_group() as watchers:
             watchers.start_soon(self._watch_holds)
             watchers.start_soon(self._watch_members)
+            if self._datacenters is not None:
+                await watchers.start(self._watch_routes)
             while not stop.is_set():
                 lease = await self._join(stop)
                 if lease is None:
@@ -410,14 +422,13 @@ class Handler:
 
     async def _hand_back(self, ownership: _Ownership, *, flush: bool) -> None:
         """Land what is buffered for the partition if ``flush`` (bounded; otherwise it is
-        redelivered to the next owner), then close the subscription."""
-        subscription, ownership.subscription = ownership.subscription, None
-        if subscription is None:
-            return
+        redelivered to the next owner), then close its subscriptions."""
+        subscriptions, ownership.subscriptions = list(ownership.subscriptions.values()), {}
         try:
-            if flush:
+            if flush and subscriptions:
                 with anyio.move_on_after(self._settings.drain_timeout) as scope:
-                    await self._lander.flush(subscription)
+                    for subscription in subscriptions:
+                        await self._lander.flush(subscription)
                 if scope.cancelled_caught:
                     log.warning(
                         "partition not drained in time; its buffered messages will be redelivered",
@@ -425,30 +436,134 @@ class Handler:
                     )
         finally:
             with anyio.move_on_after(_STORE_CALL_BOUND):
-                await subscription.close()
+                for subscription in subscriptions:
+                    await subscription.close()
 
     async def _consume(self, ownership: _Ownership) -> None:
-        """Open the partition and land its messages until the ownership is revoked."""
+        """Open the partition and land its messages until the ownership is revoked: from
+        the one transport, or from every cluster the route table consumes (one reader per
+        cluster, started and stopped as the table changes)."""
         partition = ownership.partition
         settings = self._settings
         if not ownership.started:
             ownership.started = True
             self._metrics.handoff_seconds.observe(time.monotonic() - ownership.granted_at)
         self._projects[partition] = set(await self._registry.projects(partition, now=time.time()))
-        refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
-        subscription = await self._transport.open(partition, self._id)
-        ownership.subscription = subscription
-        self._lander.opened(subscription)
-        while not ownership.revoked.is_set():
-            if time.monotonic() >= refresh_at:
-                await self._refresh(ownership)
-                refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
-            if not await self._lander.wait_for_room(within=settings.fetch_timeout):
-                continue  # the buffer is full while the previous roll is written: hold off
-            size = min(settings.fetch_batch, max(1, self._lander.room()))
-            deliveries = await subscription.fetch(size, settings.fetch_timeout)
-            if deliveries:
-                await self._take(ownership, subscription, deliveries)
+        ownership.refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
+        if self._datacenters is None:
+            subscription = await self._transport.open(partition, self._id)
+            ownership.subscriptions[""] = subscription
+            self._lander.opened(subscription)
+            while not ownership.revoked.is_set():
+                await self._consume_once(ownership, subscription)
+            return
+        transports = self._datacenters.transports
+        async with anyio.create_task_group() as tg:
+            reading: set[str] = set()
+            while not ownership.revoked.is_set():
+                for cluster in subscribed_clusters(self._route_table()):
+                    if cluster not in reading:
+                        reading.add(cluster)
+                        tg.start_soon(
+                            self._consume_cluster, ownership, cluster, transports[cluster], reading
+                        )
+                await self._routes.wait_change(within=settings.fetch_timeout)
+
+    async def _consume_once(
+        self,
+        ownership: _Ownership,
+        subscription: Subscription,
+        keep: Callable[[Sequence[Delivery]], Sequence[Delivery]] | None = None,
+    ) -> None:
+        """One fetch, landed (``keep`` first picks the deliveries to land now)."""
+        settings = self._settings
+        if time.monotonic() >= ownership.refresh_at:
+            ownership.refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
+            await self._refresh(ownership)
+        if not await self._lander.wait_for_room(within=settings.fetch_timeout):
+            return  # the buffer is full while the previous roll is written: hold off
+        size = min(settings.fetch_batch, max(1, self._lander.room()))
+        deliveries = await subscription.fetch(size, settings.fetch_timeout)
+        if keep is not None:
+            deliveries = keep(deliveries)
+        if deliveries:
+            await self._take(ownership, subscription, deliveries)
+
+    async def _consume_cluster(
+        self, ownership: _Ownership, cluster: str, transport: Transport, reading: set[str]
+    ) -> None:
+        """Read the partition from ``cluster`` while it is owned and the route table
+        consumes the cluster. A cluster that fails (a datacenter down) is retried with
+        backoff here, alone: the other clusters' readers go on.
+
+        An ordered route being migrated holds its new cluster's messages back
+        (``core.routing.held_back``): they wait here, unacked but kept alive (no delivery
+        attempt is spent), and land in fetch order once the table releases them."""
+        partition = ownership.partition
+        settings = self._settings
+        waiting: list[Delivery] = []
+        kept_alive = time.monotonic()
+        subscription: Subscription | None = None
+        failures = 0
+
+        def keep(fetched: Sequence[Delivery]) -> Sequence[Delivery]:
+            # One table for the waiting and the fetched: a project's messages stay in order.
+            table = self._route_table()
+            before = len(waiting)
+            pending, release = [*waiting, *fetched], list[Delivery]()
+            waiting.clear()
+            for delivery in pending:
+                held = held_back(delivery.envelope.project_id, cluster, table)
+                (waiting if held else release).append(delivery)
+            if before and not waiting:
+                log.info(
+                    "held-back messages released",
+                    extra=fields(partition=partition, cluster=cluster, messages=before),
+                )
+            elif waiting and not before:
+                log.info(
+                    "holding messages back", extra=fields(partition=partition, cluster=cluster)
+                )
+            return release
+
+        try:
+            while not ownership.revoked.is_set() and cluster in subscribed_clusters(
+                self._route_table()
+            ):
+                try:
+                    if subscription is None:
+                        subscription = await transport.open(partition, self._id)
+                        ownership.subscriptions[cluster] = subscription
+                        self._lander.opened(subscription)
+                    await self._consume_once(ownership, subscription, keep)
+                    if waiting and time.monotonic() - kept_alive > subscription.ack_wait / 3:
+                        kept_alive = time.monotonic()
+                        await subscription.keep_alive(waiting)
+                    failures = 0
+                except Exception as exc:  # this cluster only: a DC down must not stop the rest
+                    failures += 1
+                    delay = retry_delay(failures, base=settings.retry_delay, cap=settings.retry_cap)
+                    log.warning(
+                        "cluster unavailable; retrying",
+                        extra=fields(
+                            partition=partition, cluster=cluster, error=repr(exc), retry_in=delay
+                        ),
+                    )
+                    with anyio.move_on_after(delay):
+                        await ownership.revoked.wait()
+            if subscription is not None and not ownership.revoked.is_set():
+                # no longer consumed (a migration ended): land what is buffered, then close
+                ownership.subscriptions.pop(cluster, None)
+                with anyio.move_on_after(settings.drain_timeout):
+                    await self._lander.flush(subscription)
+                with anyio.move_on_after(_STORE_CALL_BOUND):
+                    await subscription.close()
+        finally:
+            reading.discard(cluster)
+
+    def _route_table(self) -> RouteTable:
+        assert self._route_view is not None
+        return self._route_view.table
 
     async def _take(
         self, ownership: _Ownership, subscription: Subscription, deliveries: Sequence[Delivery]
@@ -612,6 +727,19 @@ class Handler:
         async for holds in self._hold_store.watch_holds():
             self._holds = dict(holds)
             self._coordination.set(self._coordination.value + 1)
+
+    async def _watch_routes(self, *, task_status: TaskStatus[None]) -> None:
+        """Follow the route table; started once the first table (or none) is read."""
+        assert self._datacenters is not None
+        started = False
+        assert self._route_view is not None
+        async for stored in self._datacenters.routes.watch():
+            table = self._route_view.apply(stored)
+            self._routes.set(table)
+            if not started:
+                started = True
+                task_status.started()
+            log.info("route table applied", extra=fields(version=table.version))
 
     async def _watch_members(self) -> None:
         async for members in self._membership.watch():

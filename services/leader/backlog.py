@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from core.backlog import backlog_alerts, unacked_age
 from core.model import Partition
-from core.ports import Transport
+from services.common.clusters import Backlogs
 from services.common.logs import fields
 
 __all__ = ["Backlog", "BacklogAlerter", "BacklogReader", "rounded_age"]
@@ -49,7 +49,7 @@ class BacklogReader:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: Backlogs,
         partitions: int,
         *,
         ttl: float = 2.0,

@@ -23,6 +23,7 @@ from core.assignment import strategy_named
 from core.modes import autoscaling_problem
 from core.ports import Scaler
 from services.common.backends import Backends
+from services.common.clusters import ClusterBacklogs, enter_datacenters
 from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
@@ -69,6 +70,9 @@ async def serve(container: LeaderContainer) -> None:
         store = await stack.enter_async_context(container.backends.assignment_store())
         holds = await stack.enter_async_context(container.backends.hold_store())
         transport = await stack.enter_async_context(container.backends.transport())
+        datacenters = await enter_datacenters(stack, shoal.transport)
+        # lag over every datacenter when there are several (scaling, status)
+        lags = transport if datacenters is None else ClusterBacklogs(datacenters.transports)
         scaler: Scaler | None = None
         if scaling_settings.active:
             # Left first (the stack unwinds in reverse), after the signal watcher: local
@@ -80,7 +84,7 @@ async def serve(container: LeaderContainer) -> None:
             scaler=scaler,
             membership=membership,
             reports=reports,
-            transport=transport,
+            transport=lags,
             registry=container.registry(),
         )
         leader_loop = LeaderLoop(
@@ -96,7 +100,7 @@ async def serve(container: LeaderContainer) -> None:
             else functools.partial(read_weights_file, settings.weights_file, shoal.partitions),
             registry=container.registry(),
         )
-        backlog = BacklogReader(transport, shoal.partitions, registry=container.registry())
+        backlog = BacklogReader(lags, shoal.partitions, registry=container.registry())
         alerter = BacklogAlerter(
             backlog,
             group=shoal.group,
@@ -112,7 +116,7 @@ async def serve(container: LeaderContainer) -> None:
             reports=reports,
             store=store,
             holds=holds,
-            transport=transport,
+            transport=lags,
             partitions=shoal.partitions,
             backends={"coordination": shoal.coordination, "transport": shoal.transport},
             peers=settings.peers,

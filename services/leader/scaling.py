@@ -23,8 +23,9 @@ from typing import Any
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from core.ports import Leadership, LoadReports, Membership, Scaler, Transport
+from core.ports import Leadership, LoadReports, Membership, Scaler
 from core.scaling import ScalingDecision, ScalingSnapshot, decide, member_loads
+from services.common.clusters import Backlogs
 from services.common.logs import fields
 from services.leader.settings import AutoscalingSettings
 
@@ -74,7 +75,7 @@ class ScalingLoop:
         scaler: Scaler | None,
         membership: Membership,
         reports: LoadReports,
-        transport: Transport,
+        transport: Backlogs,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings

@@ -21,8 +21,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
 
 from core.backlog import backlog_alerts, group_backlog, merge_top_projects
-from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership, Transport
+from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership
 from core.scaling import member_loads
+from services.common.clusters import Backlogs
 from services.common.metrics import metrics_response
 from services.leader.backlog import Backlog, BacklogReader, rounded_age
 from services.leader.dashboard import mount_dashboard
@@ -43,7 +44,7 @@ class StatusReader:
         reports: LoadReports,
         store: AssignmentStore,
         holds: HoldStore,
-        transport: Transport,
+        transport: Backlogs,
         partitions: int,
         backends: Mapping[str, str],
         lag_ttl: float = 2.0,
@@ -63,7 +64,6 @@ class StatusReader:
         self._reports = reports
         self._store = store
         self._holds = holds
-        self._transport = transport
         self._partitions = partitions
         self._backends = dict(backends)
         self._peers = tuple(p.rstrip("/") for p in peers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -294,3 +295,74 @@ def test_a_lagging_replica_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, "shoal.adapters.nats"):
         check_stream(_stream_info("file", 3, [True, False]), wanted)
     assert "n3 are not current" in caplog.text
+
+
+@pytest.mark.anyio
+@pytest.mark.nats
+async def test_a_cluster_name_makes_a_log_of_its_own(settings: NatsSettings) -> None:
+    """Multi-datacenter: the same stream name read through two clusters is two logs."""
+    east = settings.for_cluster("east", (settings.url,))
+    async with NatsTransport(settings) as plain, NatsTransport(east) as named:
+        await plain.publish([envelope(3)])
+        one, two = await plain.open(3, "a"), await named.open(3, "b")
+        assert one.log_id.startswith(f"nats:{settings.stream}@")
+        assert two.log_id == one.log_id.replace("nats:", "nats:east/", 1)
+        await one.close()
+        await two.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.nats
+async def test_drained_once_everything_up_to_the_mark_is_acked(settings: NatsSettings) -> None:
+    async with NatsTransport(settings) as transport:
+        assert await transport.drained(2, await transport.drain_mark(2)) == (True, 0)
+        await transport.publish([envelope(2, sequence=i) for i in (1, 2, 3)])
+        mark = await transport.drain_mark(2)
+        assert await transport.drained(2, mark) == (False, 3)
+        subscription = await transport.open(2, "h")
+        with anyio.fail_after(10):
+            got = list(await subscription.fetch(2, 5.0))
+            await subscription.ack(got)
+            assert await transport.drained(2, mark) == (False, 1)
+            while len(got) < 3:
+                got += await subscription.fetch(3 - len(got), 5.0)
+            await subscription.ack(got)
+        await transport.publish([envelope(2, sequence=4)])  # after the mark: not waited for
+        assert (await transport.drained(2, mark))[0]
+        await subscription.close()
+
+
+async def _until(check: Callable[[], bool], within: float) -> None:
+    """Poll ``check``: the connection state is nats-py's, with no event to await."""
+    with anyio.fail_after(within):
+        while True:
+            if check():
+                return
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_a_cluster_connection_refuses_at_once_while_its_server_is_down(
+    settings: NatsSettings, tmp_path: Path
+) -> None:
+    """Per-cluster settings (``for_cluster``) refuse a publish at once while disconnected,
+    so a gateway fails over to another datacenter with nothing in doubt; back once the
+    server is."""
+    server = await anyio.to_thread.run_sync(lambda: start_nats(tmp_path / "dc"))
+    try:
+        dc = settings.for_cluster("dc", (server.url,))
+        async with NatsTransport(dc) as transport:
+            await transport.publish([envelope(1)])
+            server.kill()
+            await _until(lambda: not transport.connected, 5)  # the client notices the loss
+            started = time.monotonic()
+            with pytest.raises(PublishError, match="not connected"):
+                await transport.publish([envelope(1, sequence=2)])
+            assert time.monotonic() - started < 0.5
+            await anyio.to_thread.run_sync(server.restart)
+            await _until(lambda: transport.connected, 15)
+            await transport.publish([envelope(1, sequence=3)])
+            assert await transport.backlog(1) == 2
+    finally:
+        await anyio.to_thread.run_sync(server.stop)

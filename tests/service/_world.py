@@ -31,7 +31,8 @@ from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
 from core.model import Assignment
-from core.ports import HoldStore, LandingLog, Sink
+from core.ports import HoldStore, LandingLog, Sink, Transport
+from services.common.clusters import Datacenters
 from services.common.settings import HandlerSettings, LeaderSettings
 from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
@@ -72,9 +73,11 @@ class World:
         sink: Sink | None = None,
         landing_log: LandingLog | None = None,
         holds: Callable[[HoldStore], HoldStore] = lambda store: store,
+        datacenters: Datacenters | None = None,
         **settings: Any,
     ) -> None:
-        """``holds`` wraps the handler's hold store (to inject store faults)."""
+        """``holds`` wraps the handler's hold store (to inject store faults);
+        ``datacenters``: read every partition from these clusters (multi-datacenter)."""
         self.stops[handler_id] = anyio.Event()
         options = {**HANDLER_DEFAULTS, "id": handler_id, **settings}
         await self.tg.start(
@@ -84,6 +87,7 @@ class World:
             landing_log or LocalLandingLog(self.data_dir),
             holds,
             options,
+            datacenters,
         )
 
     def kill(self, handler_id: str) -> None:
@@ -99,6 +103,7 @@ class World:
         landing_log: LandingLog,
         wrap_holds: Callable[[HoldStore], HoldStore],
         settings: dict[str, Any],
+        datacenters: Datacenters | None,
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -122,6 +127,7 @@ class World:
                 sink=sink,
                 landing_log=landing_log,
                 metrics=metrics,
+                datacenters=datacenters,
             )
             self.handlers[handler_id] = handler
             with anyio.CancelScope() as self.scopes[handler_id]:
@@ -153,19 +159,28 @@ class World:
             task_status.started(leader_loop)
             await leader_loop.run(self.stops[leader_id])
 
-    async def publish(self, count: int, projects: Sequence[str] = ("proj",)) -> set[str]:
-        """``count`` messages spread round-robin over ``projects``; their message ids."""
+    async def publish(
+        self,
+        count: int,
+        projects: Sequence[str] = ("proj",),
+        *,
+        to: Transport | None = None,
+        first_sequence: int = 1,
+    ) -> set[str]:
+        """``count`` messages spread round-robin over ``projects`` (to ``to``, by default
+        the world's transport); their message ids."""
+        transport = to or self.transport
         ids: set[str] = set()
         for index, project in enumerate(projects):
             share = [uuid.uuid4().hex for _ in range(index, count, len(projects))]
             if not share:
                 continue
-            await self.transport.publish(
+            await transport.publish(
                 stamp(
                     project,
                     [b'{"n": 1}'] * len(share),
                     gateway_id="gw",
-                    first_sequence=1,
+                    first_sequence=first_sequence,
                     message_ids=share,
                     received_at=time.time(),
                     partitions=self.partitions,
