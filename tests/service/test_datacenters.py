@@ -23,6 +23,9 @@ class Down(InMemoryTransport):
     async def backlog(self, partition: int) -> int:
         raise BrokerUnavailableError("no answer")
 
+    async def oldest_unacked(self, partition: int) -> float | None:
+        raise BrokerUnavailableError("no answer")
+
 
 async def test_the_backlog_is_summed_over_clusters_and_unknown_while_one_is_down() -> None:
     partition = partition_for("p", 4)
@@ -32,6 +35,23 @@ async def test_the_backlog_is_summed_over_clusters_and_unknown_while_one_is_down
         assert await ClusterBacklogs({"east": east, "west": west}).backlog(partition) == 3
         with pytest.raises(BrokerUnavailableError, match="cluster north: no answer"):
             await ClusterBacklogs({"east": east, "north": down}).backlog(partition)
+
+
+async def test_the_oldest_unacked_message_is_the_oldest_over_clusters() -> None:
+    partition = partition_for("p", 4)
+    async with (
+        InMemoryTransport(clock=lambda: 200.0) as east,
+        InMemoryTransport(clock=lambda: 100.0) as west,
+        InMemoryTransport() as idle,
+        Down() as down,
+    ):
+        await east.publish([envelope(partition, "p", 1)])
+        await west.publish([envelope(partition, "p", 2)])
+        assert await ClusterBacklogs({"east": east, "west": west}).oldest_unacked(partition) == 100
+        assert await ClusterBacklogs({"east": east, "idle": idle}).oldest_unacked(partition) == 200
+        assert await ClusterBacklogs({"idle": idle}).oldest_unacked(partition) is None
+        with pytest.raises(BrokerUnavailableError, match="cluster north: no answer"):
+            await ClusterBacklogs({"east": east, "north": down}).oldest_unacked(partition)
 
 
 async def test_a_late_cluster_refuses_until_it_connects_then_serves() -> None:
