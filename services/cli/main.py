@@ -296,8 +296,15 @@ def migrate(
         ),
     ] = False,
     settle: Annotated[
-        float, typer.Option(help="seconds each stored table gets to be applied everywhere")
-    ] = 1.0,
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="seconds each stored table gets to be applied everywhere (default: "
+            "SHOAL_GATEWAY_PUBLISH_TIMEOUT + 1 s, by when a request that read the old table "
+            "has stored its messages or given up)",
+            show_default=False,
+        ),
+    ] = None,
     drain_timeout: Annotated[float, typer.Option(help="seconds the drain step may take")] = 300.0,
     partitions: Annotated[int, typer.Option(envvar="SHOAL_PARTITIONS", help="partitions P")] = (
         DEFAULT_PARTITIONS
@@ -317,6 +324,14 @@ def migrate(
 
     def report(step: StepDone) -> None:
         typer.echo(f"step {step.number}/{step.of} {step.why}: {step.seconds:.2f} s; {step.detail}")
+
+    if settle is None:
+        from services.common.settings import (  # noqa: PLC0415 (see _lazy)
+            GatewaySettings,
+            load_settings,
+        )
+
+        settle = load_settings(GatewaySettings).publish_timeout + 1.0
 
     async def run() -> None:
         async with AsyncExitStack() as stack:
