@@ -7,11 +7,11 @@ import dataclasses
 import fcntl
 import json
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
+from adapters._files import replace_file
 from core.access import ApiKey
 from core.errors import ShoalError
 
@@ -141,10 +141,4 @@ class ApiKeyFile:
             fcntl.flock(lock, fcntl.LOCK_EX)
             keys = _decode(self.path, self.path.read_bytes()) if self.path.exists() else {}
             yield keys
-            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(_encode(keys))
-                out.flush()
-                os.fsync(out.fileno())
-            temporary.replace(self.path)
+            replace_file(self.path, _encode(keys), 0o600)

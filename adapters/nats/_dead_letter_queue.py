@@ -13,24 +13,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Collection, Sequence
 
-import anyio
 import nats
 import nats.errors
-from nats.aio.client import Client
-from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from adapters._lifecycle import Lifecycle
-from adapters._nats_connect import connect, describe
-from adapters._nats_settings import NatsSettings
 from adapters.nats._codec import (
     H_DEAD_ATTEMPTS,
     H_DEAD_REASON,
     decode,
     headers_deduplicated_as,
 )
-from adapters.nats._subjects import Subjects
+from adapters.nats._tool_client import NatsToolClient
 from core.dead_letters import DeadLetter, pick, reason_of
 from core.errors import BrokerUnavailableError, PublishError
 
@@ -39,38 +33,10 @@ __all__ = ["NatsDeadLetterQueue"]
 log = logging.getLogger("shoal.adapters.nats")
 
 
-class NatsDeadLetterQueue(Lifecycle):
+class NatsDeadLetterQueue(NatsToolClient):
     """The DeadLetterQueue port on NATS JetStream's dead-letter stream."""
 
-    def __init__(self, settings: NatsSettings | None = None) -> None:
-        self.settings = settings or NatsSettings()
-        self.subjects = Subjects(self.settings.subject_prefix, self.settings.dead_letter_prefix)
-        self._nc: Client | None = None
-        self._js: JetStreamContext | None = None
-
-    async def _connect(self) -> None:
-        s = self.settings
-        try:
-            self._nc = await connect(
-                s, name=f"{s.name}-dlq", error_cb=self._on_error, allow_reconnect=False
-            )
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            if isinstance(exc, PermissionError):
-                raise
-            raise BrokerUnavailableError(
-                f"no NATS server answered at {describe(s)} within {s.connect_timeout} s: {exc!r}"
-            ) from None
-        self._js = self._nc.jetstream(timeout=s.request_timeout)
-
-    @staticmethod
-    async def _on_error(exc: Exception) -> None:
-        log.debug("NATS: %r", exc)  # the failed call raises it, with context
-
-    async def _disconnect(self) -> None:
-        nc, self._nc, self._js = self._nc, None, None
-        if nc is not None and not nc.is_closed:
-            with anyio.move_on_after(self.settings.close_timeout):
-                await nc.close()
+    client_suffix = "dlq"
 
     # -- the port --------------------------------------------------------------------
 
@@ -162,8 +128,3 @@ class NatsDeadLetterQueue(Lifecycle):
             raise BrokerUnavailableError(
                 f"NATS: deleting dead letter {letter.envelope.message_id}: {exc!r}"
             ) from exc
-
-    def _jetstream(self) -> JetStreamContext:
-        if self._js is None:
-            raise RuntimeError("NatsDeadLetterQueue is not entered (use 'async with')")
-        return self._js

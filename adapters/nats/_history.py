@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -26,62 +25,28 @@ from datetime import UTC, datetime
 import anyio
 import nats
 import nats.errors
-from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
-from adapters._lifecycle import Lifecycle
-from adapters._nats_connect import connect, describe
-from adapters._nats_settings import NatsSettings
 from adapters.nats._codec import decode
-from adapters.nats._subjects import Subjects
+from adapters.nats._tool_client import NatsToolClient
 from core.errors import BrokerUnavailableError
 from core.model import Partition
 from core.replay import AtPosition, Bound, NotReplayableError, Place, StoredMessage, Window
 
 __all__ = ["NatsHistory"]
 
-log = logging.getLogger("shoal.adapters.nats")
 
 _BATCH = 512
 _SEEK_EARLY = 0.001  # seconds: a stored time read back as a float may round up
 _NO_MESSAGE_FOUND = 10037
 
 
-class NatsHistory(Lifecycle):
+class NatsHistory(NatsToolClient):
     """The History port on NATS JetStream's work stream."""
 
-    def __init__(self, settings: NatsSettings | None = None) -> None:
-        self.settings = settings or NatsSettings()
-        self.subjects = Subjects(self.settings.subject_prefix, self.settings.dead_letter_prefix)
-        self._nc: Client | None = None
-        self._js: JetStreamContext | None = None
-
-    async def _connect(self) -> None:
-        s = self.settings
-        try:
-            self._nc = await connect(
-                s, name=f"{s.name}-replay", error_cb=self._on_error, allow_reconnect=False
-            )
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            if isinstance(exc, PermissionError):
-                raise
-            raise BrokerUnavailableError(
-                f"no NATS server answered at {describe(s)} within {s.connect_timeout} s: {exc!r}"
-            ) from None
-        self._js = self._nc.jetstream(timeout=s.request_timeout)
-
-    @staticmethod
-    async def _on_error(exc: Exception) -> None:
-        log.debug("NATS: %r", exc)  # the failed call raises it, with context
-
-    async def _disconnect(self) -> None:
-        nc, self._nc, self._js = self._nc, None, None
-        if nc is not None and not nc.is_closed:
-            with anyio.move_on_after(self.settings.close_timeout):
-                await nc.close()
+    client_suffix = "replay"
 
     # -- the port --------------------------------------------------------------------
 
@@ -237,13 +202,3 @@ class NatsHistory(Lifecycle):
             fallback_time=stored_at,
         )
         return StoredMessage(envelope, sequence, stored_at)
-
-    def _client(self) -> Client:
-        if self._nc is None:
-            raise RuntimeError("NatsHistory is not entered (use 'async with')")
-        return self._nc
-
-    def _jetstream(self) -> JetStreamContext:
-        if self._js is None:
-            raise RuntimeError("NatsHistory is not entered (use 'async with')")
-        return self._js

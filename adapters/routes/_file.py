@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Self
 
 import anyio
 
+from adapters._files import replace_file
 from adapters._route_codec import decode_table, encode_table
 from core.errors import RouteConflictError, RouteError
 from core.routing import RouteTable
@@ -93,13 +93,7 @@ class RouteFile:
                     f"{self.path}: route table version {table.version} does not follow "
                     f"the stored {stored}"
                 )
-            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                out.write(encode_table(table))
-                out.flush()
-                os.fsync(out.fileno())
-            temporary.replace(self.path)
+            replace_file(self.path, encode_table(table), 0o644)
         self._reload()
 
     async def watch(self) -> AsyncIterator[RouteTable | None]:

@@ -159,29 +159,22 @@ class BacklogAlerter:
         """Read the backlog, then log and count what crossed the threshold or recovered."""
         backlog = await self._reader.read()
         outcome = backlog_alerts(backlog.known_ages(), self._threshold, self.alerting)
-        for partition in outcome.raised:
-            self._raised.inc()
-            log.warning(
-                "partition backlog too old",
-                extra=fields(
-                    group=self._group,
-                    partition=partition,
-                    oldest_unacked_age_s=rounded_age(backlog.ages[partition]),
-                    lag=backlog.lags[partition],
-                    threshold_s=self._threshold,
-                ),
-            )
-        for partition in outcome.cleared:
-            log.warning(
-                "partition backlog recovered",
-                extra=fields(
-                    group=self._group,
-                    partition=partition,
-                    oldest_unacked_age_s=rounded_age(backlog.ages[partition]),
-                    lag=backlog.lags[partition],
-                    threshold_s=self._threshold,
-                ),
-            )
+        self._raised.inc(len(outcome.raised))
+        for message, partitions in (
+            ("partition backlog too old", outcome.raised),
+            ("partition backlog recovered", outcome.cleared),
+        ):
+            for partition in partitions:
+                log.warning(
+                    message,
+                    extra=fields(
+                        group=self._group,
+                        partition=partition,
+                        oldest_unacked_age_s=rounded_age(backlog.ages[partition]),
+                        lag=backlog.lags[partition],
+                        threshold_s=self._threshold,
+                    ),
+                )
         self.alerting = outcome.alerting
         self._alerting_gauge.set(len(outcome.alerting))
 
