@@ -30,7 +30,7 @@ from adapters.memory import (
 from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
-from core.model import Assignment
+from core.model import Assignment, Partition
 from core.ports import HoldStore, LandingLog, Sink, Transport
 from services.common.clusters import Datacenters
 from services.common.settings import HandlerSettings, LeaderSettings
@@ -210,6 +210,14 @@ class World:
                 rows = await self.landed()
                 if ids <= {str(r["message_id"]) for r in rows}:
                     return rows
+                await anyio.sleep(0.05)
+
+    async def until_settled(self, partition: Partition, within: float = 10.0) -> None:
+        """Until the transport holds nothing unsettled for ``partition``. A handler acks
+        after its rename, so rows can be visible a moment before the backlog is empty."""
+        with anyio.fail_after(within):
+            # The transport's backlog is the point of truth; it offers no event.
+            while await self.transport.backlog(partition) > 0:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
 
     async def assignment_where(self, check: Callable[[Assignment], bool]) -> Assignment:
