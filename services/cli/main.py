@@ -53,6 +53,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Markdown joins a docstring's wrapped lines into one paragraph (the default keeps its
+    # line breaks, which cut sentences in the middle of a help table's cell).
+    rich_markup_mode="markdown",
 )
 app.add_typer(analytics_app, name="analytics")
 app.add_typer(dlq_app, name="dlq")
@@ -73,7 +76,8 @@ def partition(
         DEFAULT_PARTITIONS
     ),
 ) -> None:
-    """Print ID<TAB>PARTITION for each project id (sha256 as a big-endian integer, mod P)."""
+    """Print each project id and its partition, tab-separated (sha256 as a big-endian
+    integer, mod P)."""
     try:
         lines = [f"{project_id}\t{partition_for(project_id, partitions)}" for project_id in ids]
     except ValueError as exc:
