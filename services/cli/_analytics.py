@@ -345,7 +345,7 @@ def audit(
     dead = (
         [
             (e.gateway_id, e.project_id, e.sequence, e.received_at)
-            for e in (letter.envelope for letter in stored_letters())
+            for e in (stored.letter.envelope for stored in stored_letters())
             if e.kind is MessageKind.DATA and e.sequence >= 1
         ]
         if dead_letters

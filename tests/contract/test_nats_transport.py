@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -27,6 +26,7 @@ from infra.local._testservers import ServerInfo
 from infra.local.servers import start_nats
 from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
 from tests.contract._history import HistoryContract, HistoryFactory, read
+from tests.contract._nats_streams import delete_streams
 from tests.contract._transport import (
     ACK_WAIT,
     ClosableTransport,
@@ -52,13 +52,7 @@ async def settings(nats_server: ServerInfo) -> AsyncIterator[NatsSettings]:
         reconnect_wait=0.2,
     )
     yield settings
-    nc = await nats.connect(settings.url)
-    try:
-        for stream in (settings.stream, settings.dead_letter_stream):
-            with contextlib.suppress(NotFoundError):
-                await nc.jetstream().delete_stream(stream)
-    finally:
-        await nc.close()
+    await delete_streams(settings)
 
 
 @pytest.fixture

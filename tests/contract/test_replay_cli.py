@@ -3,7 +3,6 @@ exactly the window's messages, the file appears whole, a work-queue stream is re
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import subprocess
@@ -18,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped, unused-ignore]
-from nats.js.errors import NotFoundError
 from typer.testing import CliRunner
 
 from adapters.kafka import KafkaHistory, KafkaSettings, KafkaTransport
@@ -32,6 +29,7 @@ from core.ports import History, Transport
 from core.replay import AtPosition, StoredMessage, Window
 from infra.local._testservers import ServerInfo
 from services.cli.main import app
+from tests.contract._nats_streams import delete_streams
 
 runner = CliRunner()
 PARTITIONS = 16
@@ -80,16 +78,7 @@ def nats_broker(
     settings = NatsSettings()
     yield Broker(lambda: NatsTransport(settings), lambda: NatsHistory(settings))
 
-    async def clean() -> None:
-        nc = await nats.connect(settings.url)
-        try:
-            for stream in (settings.stream, settings.dead_letter_stream):
-                with contextlib.suppress(NotFoundError):
-                    await nc.jetstream().delete_stream(stream)
-        finally:
-            await nc.close()
-
-    anyio.run(clean)
+    anyio.run(delete_streams, settings)
 
 
 @pytest.fixture
