@@ -35,7 +35,8 @@ class ShoalSettings(BaseSettings):
 
     group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1, le=100_000)
-    coordination: str = "etcd"
+    # NATS for both by default: one nats-server runs the whole stack (as `shoal up` does).
+    coordination: str = "nats"
     transport: str = "nats"
     strategy: str = "sticky"
     # How the group's handlers share a partition (core.modes): exclusive, shared, broadcast.
