@@ -48,6 +48,10 @@ class LoadPlan:
     keep_ids: bool = True  # remember every accepted message id (tests); False: counts only
     message_bytes: int = 0  # pad each JSON message to about this many bytes (0: no padding)
     idempotency_keys: bool = False  # an Idempotency-Key per batch: a retry lands it once
+    # False: once stopped, a batch waiting to be retried is given up (`shoal devices
+    # --duration` ends on time); True: every batch handed out is retried to the end (tests
+    # that count what was sent).
+    retry_after_stop: bool = True
 
 
 @dataclass
@@ -60,6 +64,7 @@ class LoadSummary:
     replayed: int = 0  # batches whose retry was answered 200 (their first answer was lost)
     transport_errors: int = 0
     failed_batches: int = 0  # batches never accepted (gave up, or a non-503 refusal)
+    last_error: str = ""  # the last connection error or refusal, as the operator should see it
     messages_sent: int = 0  # messages of the batches handed to workers
     seconds: float = 0.0
 
@@ -73,6 +78,7 @@ class LoadSummary:
             f"rejected={dict(self.rejected)} retried={self.retried} replayed={self.replayed} "
             f"failed_batches={self.failed_batches} seconds={self.seconds:.1f} "
             f"rate={self.rate:.0f} msg/s"
+            + (f" last_error={self.last_error!r}" if self.last_error else "")
         )
 
 
@@ -168,7 +174,7 @@ class LoadGenerator:
                         if plan.rate is not None:
                             await anyio.sleep_until(started + batch.first / plan.rate)
                         self.summary.messages_sent += batch.count
-                        await self._send(client, batch)
+                        await self._send(client, batch, stop)
 
                 async with anyio.create_task_group() as tg:
                     for _ in range(plan.concurrency):
@@ -180,20 +186,25 @@ class LoadGenerator:
                 event.set()
         return self.summary
 
-    async def _send(self, client: httpx.AsyncClient, batch: _Batch) -> None:
+    async def _send(
+        self, client: httpx.AsyncClient, batch: _Batch, stop: anyio.Event | None
+    ) -> None:
         summary = self.summary
         body = batch.body()
         url = f"/v1/projects/{batch.project}/messages"
         headers = {}
         if self.plan.idempotency_keys:
             headers["idempotency-key"] = f"{self._key_prefix}-{batch.first}"
-        for _ in range(self.plan.max_attempts):
+        for attempt in range(self.plan.max_attempts):
+            if attempt and stop is not None and stop.is_set() and not self.plan.retry_after_stop:
+                break
             summary.attempts += 1
             try:
                 response = await client.post(url, content=body, headers=headers)
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 summary.transport_errors += 1
                 summary.retried += 1
+                summary.last_error = f"no answer from {self.base_url}: {type(exc).__name__}: {exc}"
                 await anyio.sleep(0.5)
                 continue
             replayed = response.status_code == 200 and bool(headers)
@@ -211,6 +222,7 @@ class LoadGenerator:
                 self._progress()
                 return
             summary.rejected[response.status_code] += 1
+            summary.last_error = f"HTTP {response.status_code}: {response.text[:200]}"
             if response.status_code not in (429, 503):  # only those say "later"
                 summary.failed_batches += 1
                 return

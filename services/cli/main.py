@@ -165,8 +165,10 @@ def devices(
         rate=rate,
         keep_ids=False,
         idempotency_keys=True,
+        retry_after_stop=False,
     )
-    console = Console(highlight=False, stderr=True)
+    console = Console(highlight=False, stderr=True, soft_wrap=True)
+    shown = [""]
 
     def report(summary: LoadSummary, elapsed: float) -> None:
         console.print(
@@ -174,6 +176,9 @@ def devices(
             f"({summary.accepted_count / max(elapsed, 1e-9):,.0f}/s)  "
             f"refused {sum(summary.rejected.values()):,}  retried {summary.retried:,}"
         )
+        if summary.last_error != shown[0]:  # say why once, not on every line
+            shown[0] = summary.last_error
+            console.print(f"        last error: {summary.last_error}")
 
     try:
         summary = anyio.run(
@@ -183,6 +188,10 @@ def devices(
         raise typer.Exit(130) from None
     typer.echo(summary.line())
     if summary.failed_batches:
+        console.print(
+            f"error: {summary.failed_batches:,} batch{'es' if summary.failed_batches != 1 else ''}"
+            f" not accepted; the last error: {summary.last_error}"
+        )
         raise typer.Exit(1)
 
 
