@@ -43,7 +43,9 @@ class NatsToolClient(Lifecycle):
                 error_cb=self._on_error,
                 allow_reconnect=False,
             )
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
+        except TimeoutError as exc:  # `connect` says where it tried and the last error
+            raise BrokerUnavailableError(str(exc)) from None
+        except (nats.errors.Error, OSError) as exc:
             if isinstance(exc, PermissionError):
                 raise
             raise BrokerUnavailableError(
