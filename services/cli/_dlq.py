@@ -60,9 +60,10 @@ class StoredLetter:
 
 
 class _ClusterError(Exception):
+    """A cluster's store did not answer: the message names the cluster."""
+
     def __init__(self, cluster: str, error: BaseException) -> None:
         super().__init__(f"cluster {cluster}: {error}")
-        self.error = error
 
 
 async def _enter_queues(
@@ -142,10 +143,10 @@ def _settle_each(ids: list[str] | None, settle: Settle) -> dict[str | None, int]
         if len(queues) == 1:
             ((cluster, queue),) = queues.items()
             return {cluster: await settle(queue, ids)}
-        held: dict[str, set[str]] = {}
+        held: dict[str, set[str]] = {str(cluster): set() for cluster in queues}
         for stored in await _letters_of(queues):
-            held.setdefault(stored.cluster or "", set()).add(stored.letter.envelope.message_id)
-        split = split_by_store({str(c): held.get(str(c), set()) for c in queues}, ids)
+            held[str(stored.cluster)].add(stored.letter.envelope.message_id)
+        split = split_by_store(held, ids)
         return {cluster: await settle(queues[cluster], chosen) for cluster, chosen in split.items()}
 
     return _run(action)
