@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import ExitStack
 
 import pytest
 
 from infra.local._testservers import ServerInfo, ServerUnavailable, provide, select_mode
+from tests._unavailable import NOT_APPLICABLE, unavailable, under_ci
 
 
 @pytest.fixture
@@ -15,8 +16,51 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# --- no silent skip under CI ---------------------------------------------------------------
+# tests/_unavailable.py's unavailable() already fails under CI; this net catches every other
+# skip (pytest.skip, a skipif marker, importorskip) whose reason does not say that the check
+# does not apply: CI has everything installed, so such a skip only hides an untested path.
+
+
+def _unexplained_skip(reason: str) -> str | None:
+    """The failure message for a skip under CI, or None when the skip is allowed there."""
+    if not under_ci() or reason.startswith(NOT_APPLICABLE):
+        return None
+    return (
+        f"skipped under CI: {reason} (a test that cannot run here fails in CI; a check that"
+        " does not apply says so with tests/_unavailable.py's not_applicable)"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    skip = call.excinfo.value if call.excinfo is not None else None
+    if report.skipped and isinstance(skip, pytest.skip.Exception):  # not an xfail
+        failure = _unexplained_skip(skip.msg or "")
+        if failure is not None:
+            report.outcome, report.longrepr = "failed", failure
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """The same for a whole module skipped at import (its reason reads "Skipped: ...")."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        failure = _unexplained_skip(report.longrepr[2].removeprefix("Skipped: "))
+        if failure is not None:
+            report.outcome, report.longrepr = "failed", failure
+    return report
+
+
 # --- real servers ------------------------------------------------------------------------
-# SHOAL_TEST_SERVERS=local|docker|external (default: docker if a daemon answers, else local).
+# SHOAL_TEST_SERVERS=local|docker|external (default: docker if a daemon answers, else local;
+# .ci/run pins local).
 # Each server starts once per session, on first use. In local mode `.process` is the
 # infra.local.servers handle (kill()/restart()); a test that kills a shared server must
 # restart it before it ends. Fresh, private servers: use infra.local.servers directly.
@@ -28,14 +72,14 @@ def server_mode() -> str:
 
 
 def _serve(kind: str, mode: str) -> Iterator[ServerInfo]:
-    try:
-        with provide(kind, mode) as info:
-            yield info
-    except ServerUnavailable as exc:
-        if os.environ.get("CI"):
-            # In CI a missing server is a failure: a skipped real-server test proves nothing.
-            pytest.fail(f"{exc} (run infra/local/install.sh)", pytrace=False)
-        pytest.skip(str(exc))
+    with ExitStack() as stack:
+        try:
+            info = stack.enter_context(provide(kind, mode))
+        except (ServerUnavailable, FileNotFoundError) as exc:
+            # FileNotFoundError: local mode found no binary (or Kafka's jars, or Java). Both
+            # messages name what is missing and how to get it.
+            unavailable(str(exc))
+        yield info
 
 
 @pytest.fixture(scope="session")

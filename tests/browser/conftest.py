@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests._unavailable import unavailable
+
 if TYPE_CHECKING:
     from playwright.async_api import Browser, ConsoleMessage, Error, Page
 
@@ -49,23 +51,15 @@ def chromium_executable() -> str | None:
     return shutil.which("chromium")
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (apt-get install chromium; pip install -e '.[browser]')")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 async def chromium() -> AsyncIterator[Browser]:
     try:
         from playwright.async_api import async_playwright  # noqa: PLC0415 (optional extra)
     except ImportError:
-        _unavailable("playwright is not installed (the `browser` extra)")
-        raise
+        unavailable("playwright is not installed (pip install -e '.[browser]')")
     executable = chromium_executable()
     if executable is None:
-        _unavailable("no Chromium at /usr/bin/chromium")
-        raise AssertionError("unreachable")
+        unavailable("no Chromium at /usr/bin/chromium (apt-get install chromium)")
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=executable, args=CHROMIUM_ARGS, headless=True

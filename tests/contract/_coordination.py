@@ -39,6 +39,8 @@ from core.ports import (
     MembershipLease,
     ProjectRegistry,
 )
+from infra.local._testservers import ServerInfo
+from tests._unavailable import needs_local, not_applicable, unavailable
 
 __all__ = [
     "AssignmentStoreContract",
@@ -50,6 +52,7 @@ __all__ = [
     "LoadReportsContract",
     "MembershipContract",
     "ProjectRegistryContract",
+    "server_features",
 ]
 
 T = TypeVar("T")
@@ -68,13 +71,32 @@ STATS_B = MemberStats(cpu=0.1)
 class Features:
     """What the adapter under test can show.
 
-    ``restartable``: the harness can restart the store mid-test (watches must resume).
+    ``restartable``: the store is a server the harness restarts mid-test (watches must
+    resume); without it the restart checks do not apply.
+    ``restart_unavailable``: why this run cannot restart a restartable store (its server is
+    no local process): the restart checks then cannot run here, and fail under CI.
     ``expiry_slack``: how long after a lease's client-side deadline the store may still
     keep its keys (etcd rounds TTLs up to 2 s and checks expiry every 500 ms).
     """
 
     restartable: bool = False
+    restart_unavailable: str | None = None
     expiry_slack: float = 0.0
+
+
+def server_features(server: ServerInfo, expiry_slack: float) -> Features:
+    """The features of a harness on a real ``server``: restartable when it is local."""
+    local = server.process is not None
+    why = None if local else needs_local(server.kind, server.mode, "restart")
+    return Features(restartable=True, restart_unavailable=why, expiry_slack=expiry_slack)
+
+
+def _restart_checks_run(features: Features) -> None:
+    __tracebackhide__ = True  # a skip names the restart check's line
+    if not features.restartable:
+        not_applicable("the harness cannot restart this store")
+    if features.restart_unavailable is not None:
+        unavailable(features.restart_unavailable)
 
 
 class CoordinationHarness(Protocol):
@@ -318,8 +340,7 @@ class MembershipContract:
             assert not a.is_lost()  # asking changed nothing
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
-        if not harness.features.restartable:
-            pytest.skip("the harness cannot restart this store")
+        _restart_checks_run(harness.features)
         async with (
             harness.membership() as observer,
             harness.membership() as membership,
@@ -655,8 +676,7 @@ class AssignmentStoreContract:
                 assert await next_within(updates) == owners(4, "b")
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
-        if not harness.features.restartable:
-            pytest.skip("the harness cannot restart this store")
+        _restart_checks_run(harness.features)
         async with (
             harness.election() as election,
             harness.store() as store,

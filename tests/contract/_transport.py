@@ -31,6 +31,7 @@ import pytest
 from core.errors import FencedError
 from core.messages import Envelope, MessageKind
 from core.ports import Delivery, Subscription, Transport
+from tests._unavailable import not_applicable
 
 ACK_WAIT = 1.0
 REDELIVERIES = 3  # deliveries a test lets expire in a row
@@ -110,14 +111,14 @@ class TransportContract:
         """For persistent adapters: kill -9 the server, restart it on the same data."""
 
         async def unsupported() -> None:
-            pytest.skip("adapter cannot crash its server")
+            not_applicable("adapter cannot crash its server")
 
         return unsupported
 
     @pytest.fixture
     def make_transport_at(self) -> PositionedFactory:
         """For adapters with positions of one's own: ``(dead, position) -> transport``."""
-        pytest.skip("adapter has no positions of its own")
+        not_applicable("adapter has no positions of its own")
 
     @pytest.fixture
     def dead(self) -> DeadLetterLog:
@@ -240,7 +241,7 @@ class TransportContract:
         self, transport: ClosableTransport
     ) -> None:
         if not self.features.redelivery_after_ack_wait:
-            pytest.skip("adapter has no per-message ack_wait")
+            not_applicable("adapter has no per-message ack_wait")
         e = envelope(0)
         await transport.publish([e])
         sub = await transport.open(0, "h1")
@@ -283,7 +284,7 @@ class TransportContract:
         self, transport: ClosableTransport
     ) -> None:
         if not self.features.redelivery_after_ack_wait:
-            pytest.skip("adapter has no per-message ack_wait")
+            not_applicable("adapter has no per-message ack_wait")
         e = envelope(0)
         await transport.publish([e])
         sub = await transport.open(0, "h1")
@@ -317,7 +318,7 @@ class TransportContract:
         self, transport: ClosableTransport, dead: DeadLetterLog
     ) -> None:
         if not self.features.redelivery_after_ack_wait:
-            pytest.skip("adapter has no per-message ack_wait")
+            not_applicable("adapter has no per-message ack_wait")
         e, other = envelope(0, sequence=1), envelope(0, sequence=2)
         await transport.publish([e])
         sub = await transport.open(0, "h1")
@@ -435,7 +436,7 @@ class TransportContract:
         part of its messages; between them every message exactly once while they ack in
         time."""
         if not self.features.competing_subscriptions:
-            pytest.skip("a partition has one position per group on this transport")
+            not_applicable("a partition has one position per group on this transport")
         dead = DeadLetterLog()
         sent = [envelope(6, f"p{i % 3}", i) for i in range(1, 21)]
         async with make_transport(dead) as a, make_transport(dead) as b:
@@ -503,7 +504,7 @@ class TransportContract:
         self, transport: ClosableTransport, crash_and_restart: Callable[[], Awaitable[None]]
     ) -> None:
         if not self.features.persistent:
-            pytest.skip("adapter keeps messages in memory")
+            not_applicable("adapter keeps messages in memory")
         sent = [envelope(7, "a", i) for i in range(1, 51)]
         await transport.publish(sent)
         await crash_and_restart()

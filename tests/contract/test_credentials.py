@@ -34,6 +34,7 @@ from infra.local._testservers import ServerInfo
 from infra.local._tls import TestPki as Pki
 from infra.local._tls import make_test_pki, openssl_available
 from infra.local.servers import start_etcd, start_nats, start_redis
+from tests._unavailable import unavailable
 from tests.contract._coordination import next_within, until, watching
 from tests.contract._idempotency import answer
 from tests.contract._transport import envelope, fetch_n
@@ -52,11 +53,11 @@ def _secret_file(directory: Path, name: str, value: str) -> Path:
     return path
 
 
-def _start_or_skip(start: object, **kwargs: object) -> object:
+def _start_private(start: object, **kwargs: object) -> object:
     try:
         return start(**kwargs)  # type: ignore[operator]
     except (ServerStartError, FileNotFoundError) as exc:
-        pytest.skip(f"cannot start a private server: {exc}")
+        unavailable(f"cannot start a private server: {exc}")
 
 
 def _no_secret_in(text: str) -> None:
@@ -71,7 +72,7 @@ def _no_secret_in(text: str) -> None:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA, a server certificate for 127.0.0.1 and a client certificate (EC P-256)."""
     if not openssl_available():
-        pytest.skip("no openssl to make test certificates")
+        unavailable("no openssl to make test certificates (apt-get install openssl)")
     return make_test_pki(tmp_path_factory.mktemp("pki"))
 
 
@@ -81,7 +82,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def secure_nats(pki: Pki) -> Iterator[RunningNats]:
     """A nats-server that wants user `shoal` and TLS, with a client certificate."""
-    server = _start_or_skip(
+    server = _start_private(
         start_nats,
         name="shoal-nats-auth",
         extra_args=(
@@ -175,7 +176,7 @@ async def test_nats_token_from_a_file_is_accepted_and_a_wrong_one_refused(
     tmp_path: Path,
 ) -> None:
     start = functools.partial(
-        _start_or_skip, start_nats, name="shoal-nats-token", extra_args=("--auth", PASSWORD)
+        _start_private, start_nats, name="shoal-nats-token", extra_args=("--auth", PASSWORD)
     )
     server = await anyio.to_thread.run_sync(start)
     assert isinstance(server, RunningNats)
@@ -219,7 +220,7 @@ async def test_nats_nkey_seed_is_accepted_and_an_unknown_nkey_refused(tmp_path: 
     admitted_seed, admitted = _nkey_seed_file(tmp_path, "admitted.nk")
     stranger_seed, _ = _nkey_seed_file(tmp_path, "stranger.nk")
     start = functools.partial(
-        _start_or_skip, start_nats, name="shoal-nats-nkey", nkey_users=(admitted,)
+        _start_private, start_nats, name="shoal-nats-nkey", nkey_users=(admitted,)
     )
     server = await anyio.to_thread.run_sync(start)
     assert isinstance(server, RunningNats)
@@ -292,7 +293,7 @@ async def etcd_with_auth(pki: Pki) -> AsyncIterator[SecureEtcd]:
     besides its plain client URL (the readiness check's) an https one wanting a client
     certificate."""
     tls_port = free_port()
-    server = _start_or_skip(
+    server = _start_private(
         start_etcd,
         name="shoal-etcd-auth",
         extra_args=(
@@ -418,7 +419,7 @@ async def test_etcd_membership_works_over_mutual_tls(etcd_with_auth: SecureEtcd,
 @pytest.fixture(scope="module")
 def redis_with_acl() -> Iterator[RunningRedis]:
     """A redis-server whose default user needs a password and with an ACL user `shoal`."""
-    server = _start_or_skip(
+    server = _start_private(
         start_redis,
         name="shoal-redis-auth",
         extra_args=(
@@ -475,7 +476,7 @@ async def test_redis_refuses_a_wrong_or_missing_password(
 async def test_redis_membership_works_over_mutual_tls(pki: Pki) -> None:
     tls_port = free_port()
     start = functools.partial(
-        _start_or_skip,
+        _start_private,
         start_redis,
         name="shoal-redis-tls",
         extra_args=(
@@ -516,9 +517,9 @@ async def test_redis_membership_works_over_mutual_tls(pki: Pki) -> None:
 @pytest.fixture
 def kafka_sasl(kafka_server: ServerInfo) -> tuple[str, str, str]:
     if kafka_server.sasl_endpoint is None or kafka_server.sasl_credentials is None:
-        pytest.skip(
-            f"the {kafka_server.mode} Kafka offers no SASL listener (only the local broker "
-            "of infra/local has one)"
+        unavailable(
+            f"the {kafka_server.mode} Kafka offers no SASL listener: only the local broker of"
+            " infra/local has one (SHOAL_TEST_SERVERS=local)"
         )
     return kafka_server.sasl_endpoint, *kafka_server.sasl_credentials
 
@@ -588,10 +589,10 @@ async def test_kafka_refuses_a_wrong_password_with_a_clear_error(
         with pytest.raises(PermissionError) as refused:
             async with KafkaTransport(settings):
                 pass
-        with pytest.raises(StoreUnavailableError) as unavailable:
+        with pytest.raises(StoreUnavailableError) as no_store:
             async with KafkaMembership(settings):
                 pass
-    for message in (str(refused.value), str(unavailable.value)):
+    for message in (str(refused.value), str(no_store.value)):
         assert f"Kafka at {endpoint} (SASL_PLAINTEXT, user {user}) refused the login" in message
         assert "SaslAuthenticationFailed" in message
         assert password not in message
@@ -603,7 +604,10 @@ async def test_kafka_transport_works_through_sasl_ssl_and_checks_the_certificate
     kafka_server: ServerInfo, kafka_sasl: tuple[str, str, str]
 ) -> None:
     if kafka_server.sasl_ssl_endpoint is None or kafka_server.tls_ca_file is None:
-        pytest.skip("the local Kafka has no SASL_SSL listener (no openssl to make its cert)")
+        unavailable(
+            "the local Kafka has no SASL_SSL listener: no openssl made its certificate"
+            " (apt-get install openssl)"
+        )
     endpoint, (user, password) = kafka_server.sasl_ssl_endpoint, kafka_sasl[1:]
     settings = _kafka_settings(
         endpoint,

@@ -29,13 +29,13 @@ from tests.contract._coordination import (
     AssignmentStoreContract,
     CoordinationModelContract,
     ElectionContract,
-    Features,
     HoldStoreContract,
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
     flood,
     owners,
+    server_features,
 )
 
 
@@ -50,7 +50,7 @@ class EtcdHarness:
             endpoints=tuple(server.endpoints), group=f"t-{uuid.uuid4().hex[:12]}"
         )
         # etcd grants at least 2 s and checks expiry every 500 ms
-        self.features = Features(restartable=server.process is not None, expiry_slack=3.0)
+        self.features = server_features(server, expiry_slack=3.0)
 
     def membership(self) -> EtcdMembership:
         return EtcdMembership(self.settings)

@@ -51,6 +51,7 @@ from adapters.kafka._coord_base import CoordNames, read_session_bounds
 from adapters.kafka._coord_log import LogState, _StateWire
 from core.ports import Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
+from tests._unavailable import local_process
 from tests.contract._coordination import (
     SHORT_TTL,
     AssignmentStoreContract,
@@ -89,7 +90,6 @@ class KafkaHarness:
         # A session shorter than the broker's group.min.session.timeout.ms is stretched to
         # it (the lease is still lost locally at its TTL); the broker drops it after that.
         slack = max(0.0, min_session - SHORT_TTL) + 1.5
-        self.restartable = server.process is not None
         self.features = Features(restartable=False, expiry_slack=slack)
 
     def membership(self) -> KafkaMembership:
@@ -199,10 +199,9 @@ class TestKafkaRestart:
     """The suites' ``test_watch_resumes_when_store_restarts``, with 30 s leases."""
 
     async def test_member_watch_resumes_when_the_broker_restarts(
-        self, harness: KafkaHarness
+        self, harness: KafkaHarness, kafka_server: ServerInfo
     ) -> None:
-        if not harness.restartable:
-            pytest.skip("the harness cannot restart this broker")
+        local_process(kafka_server, "restart")  # a Docker or external broker cannot be restarted
         async with (
             harness.membership() as observer,
             harness.membership() as membership,
@@ -217,10 +216,9 @@ class TestKafkaRestart:
             assert not a.is_lost()
 
     async def test_assignment_watch_resumes_when_the_broker_restarts(
-        self, harness: KafkaHarness
+        self, harness: KafkaHarness, kafka_server: ServerInfo
     ) -> None:
-        if not harness.restartable:
-            pytest.skip("the harness cannot restart this broker")
+        local_process(kafka_server, "restart")  # a Docker or external broker cannot be restarted
         async with (
             harness.election() as election,
             harness.store() as store,

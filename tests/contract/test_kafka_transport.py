@@ -22,6 +22,7 @@ from adapters.kafka._settlements import Settlements
 from core.errors import BrokerUnavailableError, PublishError
 from core.replay import AtPosition, Window
 from infra.local._testservers import ServerInfo
+from tests._unavailable import local_process
 from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
 from tests.contract._history import HistoryContract, HistoryFactory, read
 from tests.contract._transport import (
@@ -162,9 +163,8 @@ class TestKafkaTransport(TransportContract):
     @pytest.fixture
     def crash_and_restart(self, kafka_server: ServerInfo) -> Callable[[], Awaitable[None]]:
         async def crash() -> None:
-            if kafka_server.process is None:
-                pytest.skip("the Kafka broker is not a local process")
-            process, pid = kafka_server.process, kafka_server.process.pid
+            process = local_process(kafka_server, "kill and restart")
+            pid = process.pid
             process.kill()
             await anyio.to_thread.run_sync(process.restart)
             assert process.pid != pid

@@ -42,6 +42,7 @@ from lightkube import ApiError, codecs
 from adapters.kubernetes import KubernetesScaler, KubernetesSettings, ScaleConflictError
 from core.ports import Scaler
 from services.leader.settings import AutoscalingSettings
+from tests._unavailable import unavailable
 from tests.contract._scaler import ScalerContract, ScalerFactory
 
 NAMESPACE = "shoal"
@@ -462,6 +463,8 @@ class TestKubernetesScaler(ScalerContract):
 
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        unavailable("no openssl to make a certificate (apt-get install openssl)")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     subprocess.run(
         [
@@ -476,7 +479,6 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a cert")
 async def test_in_cluster_service_account_over_tls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

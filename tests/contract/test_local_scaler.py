@@ -32,6 +32,7 @@ from adapters.local import (
     parent_death_supported,
 )
 from core.ports import Scaler
+from tests._unavailable import applies_only_if
 from tests.contract._scaler import LIMIT, ScalerContract, ScalerFactory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -206,7 +207,7 @@ class TestLocalProcessScaler(ScalerContract):
             assert await scaler.replicas() == 2
             assert first not in scaler.children()
 
-    @pytest.mark.skipif(not parent_death_supported(), reason="PR_SET_PDEATHSIG is Linux only")
+    @applies_only_if(parent_death_supported(), "PR_SET_PDEATHSIG is Linux only")
     async def test_children_drain_once_when_the_leader_is_sigkilled(self, tmp_path: Path) -> None:
         """A leader stand-in process, threaded like the real one (busy threads), runs the
         scaler with two children and is SIGKILLed: no ``__aexit__`` runs. The kernel's
@@ -266,7 +267,7 @@ class TestLocalProcessScaler(ScalerContract):
                 parent.stdout.close()
 
 
-@pytest.mark.skipif(not parent_death_supported(), reason="PR_SET_PDEATHSIG is Linux only")
+@applies_only_if(parent_death_supported(), "PR_SET_PDEATHSIG is Linux only")
 def test_the_launcher_checks_its_leader_and_ends_as_its_command_did() -> None:
     """The race between spawning and prctl: a parent pid that is not the launcher's
     parent means the leader died in between, and the command must not run. Otherwise

@@ -24,6 +24,7 @@ from core.replay import AtPosition, NotReplayableError, Window
 from infra.local._handles import RunningNats
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_nats
+from tests._unavailable import local_process
 from tests.contract._dead_letter_queue import DeadLetterQueueContract, QueueFactory
 from tests.contract._history import HistoryContract, HistoryFactory, read
 from tests.contract._nats_streams import delete_streams
@@ -79,9 +80,8 @@ class TestNatsTransport(TransportContract):
     @pytest.fixture
     def crash_and_restart(self, nats_server: ServerInfo) -> Callable[[], Awaitable[None]]:
         async def crash() -> None:
-            if nats_server.process is None:
-                pytest.skip("the NATS server is not a local process")
-            process, pid = nats_server.process, nats_server.process.pid
+            process = local_process(nats_server, "kill and restart")
+            pid = process.pid
             process.kill()
             await anyio.to_thread.run_sync(process.restart)
             assert process.pid != pid
@@ -216,9 +216,9 @@ async def test_limits_retention_has_the_max_age_and_max_bytes_asked_for(
 async def test_starts_when_the_monitored_server_fsyncs_each_write(
     settings: NatsSettings, nats_server: ServerInfo, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if not isinstance(nats_server.process, RunningNats):
-        pytest.skip("the NATS server is not a local process (its monitor port is unknown)")
-    monitored = settings.model_copy(update={"monitor_url": nats_server.process.monitor_url})
+    process = local_process(nats_server, "read the monitoring port of")
+    assert isinstance(process, RunningNats)
+    monitored = settings.model_copy(update={"monitor_url": process.monitor_url})
     with caplog.at_level(logging.INFO, "shoal.adapters.nats"):
         async with NatsTransport(monitored):
             pass

@@ -38,11 +38,11 @@ from tests.contract._coordination import (
     AssignmentStoreContract,
     CoordinationModelContract,
     ElectionContract,
-    Features,
     HoldStoreContract,
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
+    server_features,
     until,
     watching,
 )
@@ -63,7 +63,7 @@ class NatsKvHarness:
             group=f"t-{uuid.uuid4().hex[:12]}",
             nats=NatsSettings(url=server.url, reconnect_wait=0.2),
         )
-        self.features = Features(restartable=server.process is not None, expiry_slack=EXPIRY_SLACK)
+        self.features = server_features(server, expiry_slack=EXPIRY_SLACK)
 
     def membership(self) -> NatsKvMembership:
         return NatsKvMembership(self.settings)

@@ -5,7 +5,7 @@ In local mode the tests run on a private redis-server with AOF and ``appendfsync
 as production should run it: a Redis without persistence loses every key on restart
 (members, leader, assignment, holds) and the coordination state with them. With
 SHOAL_TEST_SERVERS=docker|external the session's ``redis_server`` is used and the restart
-tests are skipped (the harness cannot restart it).
+tests cannot run (the harness cannot restart it): skipped, or failed under CI.
 
 Two variants: ``notify`` (keyspace notifications on: expirations are pushed) and
 ``no-notify`` (off, as on a Redis nobody configured: expirations are seen by the periodic
@@ -16,7 +16,6 @@ re-read, here every 0.5 s, and leases notice a lost key at their next renewal, h
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -43,17 +42,18 @@ from core.ports import Leadership, MembershipLease
 from infra.local._process import ServerStartError
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_redis
+from tests._unavailable import needs_local, unavailable
 from tests.contract._coordination import (
     AssignmentStoreContract,
     CoordinationModelContract,
     ElectionContract,
-    Features,
     HoldStoreContract,
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
     next_within,
     owners,
+    server_features,
     watching,
 )
 
@@ -76,16 +76,14 @@ def redis_store(server_mode: str, request: pytest.FixtureRequest) -> Iterator[Re
     notifications: bool = request.param
     if server_mode != "local":
         if not notifications:
-            pytest.skip("only a local redis-server can be started without notifications")
+            unavailable(needs_local("redis", server_mode, "start without notifications"))
         yield RedisStore(request.getfixturevalue("redis_server"), notifications)
         return
     flags = () if notifications else ("--notify-keyspace-events", "")
     try:
         server = start_redis(name="shoal-redis-contract", extra_args=(*_PERSISTENT, *flags))
     except (ServerStartError, FileNotFoundError) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"{exc} (run infra/local/install.sh)", pytrace=False)
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     try:
         yield RedisStore(
             ServerInfo("redis", "local", server.url, server.endpoint, server), notifications
@@ -111,7 +109,7 @@ class RedisHarness:
                 url=server.url, group=group, resync_interval=0.5, max_renew_interval=2.0
             )
         # Redis expires a key within ~100 ms of its TTL (active expiry runs 10 times a second)
-        self.features = Features(restartable=server.process is not None, expiry_slack=1.0)
+        self.features = server_features(server, expiry_slack=1.0)
 
     def membership(self) -> RedisMembership:
         return RedisMembership(self.settings)

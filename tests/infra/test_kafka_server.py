@@ -35,6 +35,7 @@ from infra.local.servers import (
     start_kafka,
     start_kafka_cluster,
 )
+from tests._unavailable import unavailable
 
 pytestmark = pytest.mark.kafka
 
@@ -46,7 +47,7 @@ def _jars() -> None:
     try:
         kafka_libs()
     except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:

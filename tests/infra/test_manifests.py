@@ -9,7 +9,8 @@
   tests/infra/schemas/, Apache-2.0, see NOTICE.compose-spec), every image is pinned, every
   service has a healthcheck;
 - nginx.conf: ``nginx -t`` on a copy whose upstreams are 127.0.0.1 when Debian's nginx is
-  installed (``nginx-light`` and ``libnginx-mod-stream``), and a structural check always;
+  installed (``nginx-light`` and ``libnginx-mod-stream``; CI fails without it), and a
+  structural check always;
 - the Dockerfile: FROM pinned to a version, no ``latest``.
 """
 
@@ -26,9 +27,12 @@ from typing import Any
 
 import pytest
 
-# pyyaml, jsonschema and kubernetes-validate come with the dev extra; importorskip keeps
+from tests._unavailable import import_module, unavailable
+
+# pyyaml, jsonschema and kubernetes-validate come with the dev extra; import_module keeps
 # them typed as Any (no stub packages needed for mypy --strict).
-yaml = pytest.importorskip("yaml")
+DEV_EXTRA = "pip install -e '.[dev]'"
+yaml = import_module("yaml", DEV_EXTRA)
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -80,14 +84,14 @@ def test_yaml_parses(path: Path) -> None:
 
 
 def _k8s_versions() -> list[str]:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate = import_module("kubernetes_validate", DEV_EXTRA)
     latest = str(kubernetes_validate.latest_version())
     return [K8S_FLOOR] if latest == K8S_FLOOR else [K8S_FLOOR, latest]
 
 
 @pytest.mark.parametrize(("name", "document"), k8s_objects(), ids=[n for n, _ in k8s_objects()])
 def test_k8s_manifest_validates_against_its_schema(name: str, document: Doc) -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate = import_module("kubernetes_validate", DEV_EXTRA)
     for version in _k8s_versions():
         try:
             kubernetes_validate.validate(document, version, strict=True)
@@ -96,7 +100,7 @@ def test_k8s_manifest_validates_against_its_schema(name: str, document: Doc) -> 
 
 
 def test_the_validator_rejects_an_unknown_field() -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate = import_module("kubernetes_validate", DEV_EXTRA)
     bad = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -183,7 +187,7 @@ def compose() -> Doc:
 
 
 def test_compose_validates_against_the_compose_specification(compose: Doc) -> None:
-    Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
+    Draft202012Validator = import_module("jsonschema", DEV_EXTRA).Draft202012Validator
 
     schema = json.loads((SCHEMAS / "compose-spec.json").read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
@@ -196,7 +200,7 @@ def test_compose_validates_against_the_compose_specification(compose: Doc) -> No
 
 
 def test_the_compose_schema_rejects_an_unknown_service_key(compose: Doc) -> None:
-    Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
+    Draft202012Validator = import_module("jsonschema", DEV_EXTRA).Draft202012Validator
 
     schema = json.loads((SCHEMAS / "compose-spec.json").read_text(encoding="utf-8"))
     broken = {**compose, "services": {"x": {"image": "redis:7.4.2", "healthchek": {}}}}
@@ -360,7 +364,7 @@ def nginx_copy(tmp_path: Path) -> Iterator[Path]:
 def test_nginx_accepts_the_config(nginx_copy: Path) -> None:
     nginx = _nginx()
     if nginx is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light libnginx-mod-stream)")
+        unavailable("nginx is not installed (apt-get install nginx-light libnginx-mod-stream)")
     prefix = nginx_copy.parent
     done = subprocess.run(
         [
