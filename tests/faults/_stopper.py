@@ -1,0 +1,58 @@
+"""Stops a process group the moment one of its files is being written.
+
+``python -m tests.faults._stopper ZONE PREFIX PGID WITHIN`` watches the ``date=*`` folders
+of the landing zone ZONE for a hidden ``PREFIX*.tmp`` file (a file being written), SIGSTOPs
+the group PGID at once and checks that the file is still there; a write that finished
+first is let go (SIGCONT) and the next one is watched for. After WITHIN seconds the group
+is stopped wherever it is. Prints one JSON line: ``{"stopped_at": wall clock, "file": path
+or null}``.
+
+A process of its own: a watcher thread inside the test process shares the interpreter lock
+with the load generator and the zone reader, and on a loaded machine it saw no write in
+flight for a minute, while a write lasts a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+POLL = 0.001  # another process's files: there is no event to await
+FOLDERS_EVERY = 0.2  # new date=* folders are looked for this often
+
+
+def stop_mid_write(zone: Path, prefix: str, pgid: int, within: float) -> tuple[float, str | None]:
+    deadline = time.monotonic() + within
+    folders: list[Path] = []
+    listed = 0.0
+    while time.monotonic() < deadline:
+        if time.monotonic() - listed > FOLDERS_EVERY:
+            folders, listed = sorted(zone.glob("date=*")), time.monotonic()
+        for folder in folders:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                        stopped_at = time.time()
+                        os.killpg(pgid, signal.SIGSTOP)
+                        if Path(entry.path).exists():
+                            return stopped_at, entry.path
+                        os.killpg(pgid, signal.SIGCONT)  # it finished first: the next one
+        time.sleep(POLL)
+    stopped_at = time.time()
+    os.killpg(pgid, signal.SIGSTOP)
+    return stopped_at, None
+
+
+def main(argv: list[str]) -> int:
+    zone, prefix, pgid, within = Path(argv[0]), argv[1], int(argv[2]), float(argv[3])
+    stopped_at, file = stop_mid_write(zone, prefix, pgid, within)
+    print(json.dumps({"stopped_at": stopped_at, "file": file}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
