@@ -13,13 +13,16 @@ Without ``--url`` it finds the stack that ``shoal up`` started from its state fi
 
 (a list of such objects is read too). A stack whose ``pid`` is dead is skipped; each status
 URL of a live stack is tried in turn. A URL may be the status API's root or its
-``/status`` path.
+``/status`` path. Each is given ``--timeout`` seconds: a replica that answers 503 (it has
+not read its document yet) is asked again within them; one that does not answer in time
+is said to, by name, and the next URL is tried.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,15 +127,33 @@ def status_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+_RETRY_PAUSE = 0.25  # seconds between two asks of a replica that answered 503
+
+
 def fetch(url: str, timeout: float) -> dict[str, Any]:
-    """GET the status document at ``url``; ``StatusUnavailableError`` says why not."""
+    """GET the status document at ``url`` within ``timeout`` seconds, asking again while
+    it answers 503 (a leader that has not read its document yet, or lost its stores);
+    ``StatusUnavailableError`` says why not."""
     target = status_url(url)
-    try:
-        response = httpx.get(target, timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
-    except httpx.HTTPError as exc:
-        raise StatusUnavailableError(f"{target}: {type(exc).__name__}: {exc}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            response = httpx.get(target, timeout=httpx.Timeout(left, connect=min(left, 2.0)))
+        except httpx.TimeoutException:
+            raise StatusUnavailableError(
+                f"{target}: no answer within {timeout:g} s (is the leader overloaded or "
+                "stopped? --timeout waits longer)"
+            ) from None
+        except httpx.ConnectError as exc:
+            raise StatusUnavailableError(f"{target}: cannot connect ({exc})") from None
+        except httpx.HTTPError as exc:
+            raise StatusUnavailableError(f"{target}: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 503 or time.monotonic() + _RETRY_PAUSE >= deadline:
+            break
+        time.sleep(_RETRY_PAUSE)
     if response.status_code != 200:
-        raise StatusUnavailableError(f"{target}: HTTP {response.status_code}")
+        raise StatusUnavailableError(f"{target}: HTTP {response.status_code}{_why(response)}")
     try:
         document = response.json()
     except ValueError:
@@ -144,6 +165,16 @@ def fetch(url: str, timeout: float) -> dict[str, Any]:
     ):
         raise StatusUnavailableError(f"{target}: not a shoal status document")
     return document
+
+
+def _why(response: httpx.Response) -> str:
+    """``: <error>`` from a JSON error body (the leader's 503 says why), else nothing."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    error = body.get("error") if isinstance(body, dict) else None
+    return f": {error}" if isinstance(error, str) and error else ""
 
 
 def first_answer(urls: Iterable[str], timeout: float) -> tuple[str, dict[str, Any]]:
@@ -375,7 +406,12 @@ def status(
             show_default=False,
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for each status API")] = 5.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1, help="seconds to wait for each status API (one not ready yet is asked again)"
+        ),
+    ] = 5.0,
 ) -> None:
     """Leader and term, handlers with their stats, owner/generation/lag/oldest unacked age
     per partition, the group's backlog totals and the busiest projects."""

@@ -1,4 +1,5 @@
-"""uvicorn inside a service's own task group."""
+"""uvicorn inside a service's own task group: on the service's event loop
+(``serve_until``), or on an event loop of its own in a worker thread (``serve_in_thread``)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,32 @@ async def serve_until(server: EmbeddedServer, stop: anyio.Event) -> None:
         tg.start_soon(stopper)
         await server.serve()
         tg.cancel_scope.cancel()
+
+
+async def serve_in_thread(server: EmbeddedServer, stop: anyio.Event) -> None:
+    """``serve_until``, but the server runs its own event loop in a worker thread, so its
+    requests never wait behind the CPU-heavy callbacks of the caller's loop (a broker
+    client decoding metadata, a log replay): a request waits at most for the
+    interpreter's thread switch. The app must therefore do no I/O through the caller's
+    clients and await nothing of the caller's loop: it serves data the caller publishes
+    by reference (replaced, never mutated).
+
+    The thread is this task's: cancelling the task, like setting ``stop``, stops the
+    server, and the task returns once the thread has finished its in-flight requests
+    (within the server's graceful shutdown timeout)."""
+    async with anyio.create_task_group() as tg:
+
+        async def stopper() -> None:
+            try:
+                await stop.wait()
+            finally:  # also when cancelled: the thread below must end for this task to
+                server.should_exit = True
+
+        tg.start_soon(stopper)
+        # Not abandoned on cancellation: it returns when the server has stopped.
+        await anyio.to_thread.run_sync(_serve_on_own_loop, server)
+        tg.cancel_scope.cancel()
+
+
+def _serve_on_own_loop(server: EmbeddedServer) -> None:
+    anyio.run(server.serve, backend="asyncio")

@@ -73,6 +73,15 @@ class BacklogReader:
             registry=registry,
         )
 
+    @property
+    def ttl(self) -> float:
+        return self._ttl
+
+    @property
+    def last(self) -> Backlog:
+        """The last read, without reading (every partition unknown before the first)."""
+        return self._last
+
     async def read(self) -> Backlog:
         async with self._lock:  # concurrent readers share one read
             if time.monotonic() - self._read_at >= self._ttl:

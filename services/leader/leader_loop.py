@@ -67,6 +67,7 @@ class LeaderLoop:
         self.scaling = scaling
         self.leadership: Leadership | None = None
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)
+        self._listeners: list[Callable[[], None]] = []
         registry = registry if registry is not None else CollectorRegistry()
         self._published = Counter(
             "shoal_leader_rebalances", "Assignments published by this replica", registry=registry
@@ -78,6 +79,16 @@ class LeaderLoop:
     @property
     def leader_id(self) -> MemberId:
         return self._settings.id
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (synchronously: it must not block) whenever this replica wins
+        or loses leadership, sees the live members change while it leads, or publishes a
+        generation: what the status document shows changed."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     async def run(self, stop: anyio.Event) -> None:
         """Campaign, lead while elected, campaign again after losing; until ``stop``."""
@@ -105,11 +116,13 @@ class LeaderLoop:
                     continue
                 failures = 0
                 self.leadership = leadership
+                self._changed()
                 log.info("elected", extra=fields(leader=self.leader_id, term=leadership.term))
                 try:
                     await self._lead(leadership)
                 finally:
                     self.leadership = None
+                    self._changed()
                     with anyio.CancelScope(shield=True), anyio.move_on_after(3):
                         await leadership.resign()
                 log.warning(
@@ -132,6 +145,7 @@ class LeaderLoop:
                             failures = 0
                             if live != members.value:
                                 members.set(live)
+                                self._changed()
                     except StoreUnavailableError as exc:
                         failures += 1
                         delay = retry_delay(failures, base=0.2, cap=self._settings.lease_ttl)
@@ -227,6 +241,7 @@ class LeaderLoop:
             compute_seconds=compute_seconds,
         )
         self.rebalances.append(record)
+        self._changed()
         self._published.inc()
         self._moved.inc(record.moved)
         log.info(

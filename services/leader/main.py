@@ -24,7 +24,7 @@ from core.modes import autoscaling_problem
 from core.ports import Scaler
 from services.common.backends import Backends
 from services.common.clusters import ClusterBacklogs, enter_datacenters
-from services.common.http import embedded_server, serve_until
+from services.common.http import embedded_server, serve_in_thread
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
 from services.common.settings import LeaderSettings, ShoalSettings, load_settings
@@ -32,7 +32,7 @@ from services.leader.backlog import BacklogAlerter, BacklogReader
 from services.leader.leader_loop import LeaderLoop
 from services.leader.scaling import ScalingLoop
 from services.leader.settings import AutoscalingSettings
-from services.leader.status import StatusReader, create_status_app
+from services.leader.status import LiveStatus, StatusReader, create_status_app
 
 log = logging.getLogger("shoal.leader")
 
@@ -126,8 +126,10 @@ async def serve(container: LeaderContainer) -> None:
             alert_age=settings.backlog_alert_age,
             top_projects=settings.top_projects,
         )
+        # The API serves what `live` read in the background: no request waits for a store.
+        live = LiveStatus(reader)
         server = embedded_server(
-            create_status_app(reader, container.registry()), settings.host, settings.port
+            create_status_app(live, container.registry()), settings.host, settings.port
         )
         log.info(
             "leader starting",
@@ -140,8 +142,11 @@ async def serve(container: LeaderContainer) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, 10.0)
             async with anyio.create_task_group() as serving:
-                serving.start_soon(serve_until, server, stop)
+                # Its own event loop in a thread: the broker clients' CPU-heavy callbacks
+                # on this one (metadata, log replay) hold no status request back.
+                serving.start_soon(serve_in_thread, server, stop)
                 serving.start_soon(alerter.run, stop)
+                serving.start_soon(live.run, stop)
                 await leader_loop.run(stop)
             # The status server finished its in-flight requests; stop watching signals.
             tg.cancel_scope.cancel()

@@ -36,7 +36,7 @@ from services.common.settings import HandlerSettings, LeaderSettings
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
 from services.leader.leader_loop import LeaderLoop
-from services.leader.status import StatusReader, create_status_app
+from services.leader.status import LiveStatus, StatusReader, create_status_app
 
 PARTITIONS = 128
 
@@ -122,11 +122,14 @@ class Stack:
                 backends={"coordination": "memory", "transport": "memory"},
                 lag_ttl=0.5,
             )
-            async with serve_app(create_status_app(reader, CollectorRegistry())) as url:
-                self.url = self.url or url
-                self.leader_loops[leader_id] = leader_loop
-                task_status.started(leader_loop)
-                await leader_loop.run(self.stops[leader_id])
+            live = LiveStatus(reader, interval=0.25)
+            async with anyio.create_task_group() as status_tasks:
+                await status_tasks.start(live.run, self.stops[leader_id])
+                async with serve_app(create_status_app(live, CollectorRegistry())) as url:
+                    self.url = self.url or url
+                    self.leader_loops[leader_id] = leader_loop
+                    task_status.started(leader_loop)
+                    await leader_loop.run(self.stops[leader_id])
 
     async def start_handler(self, handler_id: str) -> None:
         self.stops[handler_id] = anyio.Event()

@@ -13,7 +13,11 @@ Every process is ``python -m services.<role>`` in its own process group, its out
 own etcd group, NATS stream, subject prefix and dead-letter stream, so clusters sharing
 one nats-server and one etcd never see each other. Observation goes through the leader's
 status API (``GET /status``): across processes there is no event to await, so
-``wait_for`` polls it every ``STATUS_POLL`` seconds within a deadline.
+``wait_for`` polls it every ``STATUS_POLL`` seconds within a deadline, and ``status()``
+itself keeps asking within ``STATUS_WITHIN`` (a request that times out, or a replica that
+does not answer yet, is asked again), so one slow answer is never a failure. Every
+status request's latency is kept (``status_requests``, ``status_latency``): the leaders
+must answer each within a second under load.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,11 +49,14 @@ from infra.local.servers import free_port
 
 __all__ = [
     "STATUS_POLL",
+    "STATUS_TIMEOUT",
+    "STATUS_WITHIN",
     "CliResult",
     "Cluster",
     "ProcessExitedError",
     "ServiceProcess",
     "StatusDoc",
+    "StatusRequest",
     "StatusUnavailableError",
     "member_ids",
     "owners",
@@ -58,6 +67,8 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATUS_POLL = 0.15  # seconds between two status reads while waiting for a condition
+STATUS_TIMEOUT = 5.0  # the bound on one GET /status (far above what a leader may take)
+STATUS_WITHIN = 30.0  # status(): how long to keep asking before giving up
 READY_POLL = 0.1
 HOST = "127.0.0.1"
 LEASE_TTL = 10.0  # the default: the acceptance figures are stated against it
@@ -136,6 +147,18 @@ class ServiceProcess:
             if isinstance(record, dict) and (msg is None or record.get("msg") == msg):
                 events.append(record)
         return events
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    """One ``GET /status`` the harness made: which replica, when (wall clock), how long it
+    took to answer (or to fail), and ``outcome``: the HTTP status code, ``timeout`` or
+    ``error``."""
+
+    leader: str
+    at: float
+    seconds: float
+    outcome: str
 
 
 # --- reading the status document ---------------------------------------------------------
@@ -222,6 +245,7 @@ class Cluster:
         self._http: httpx.AsyncClient | None = None
         self._preferred_status: str | None = None
         self.stop_problems: list[str] = []
+        self.status_requests: list[StatusRequest] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -446,13 +470,32 @@ class Cluster:
         leaders.sort(key=lambda p: p.name != self._preferred_status)
         return leaders
 
-    async def status(self) -> StatusDoc:
-        """The status document from a running leader replica (the active one if known:
-        only it has the ``rebalances`` history)."""
+    async def _get_status(self, proc: ServiceProcess) -> httpx.Response:
+        """One ``GET /status`` of ``proc``, its latency kept in ``status_requests``."""
+        at, started = time.time(), time.perf_counter()
+
+        def took(outcome: str) -> None:  # not when cancelled: that request had no end
+            seconds = time.perf_counter() - started
+            self.status_requests.append(StatusRequest(proc.name, at, seconds, outcome))
+
+        try:
+            response = await self._client().get(proc.url + "/status", timeout=STATUS_TIMEOUT)
+        except httpx.TimeoutException:
+            took("timeout")
+            raise
+        except httpx.HTTPError:
+            took("error")
+            raise
+        took(str(response.status_code))
+        return response
+
+    async def _status_once(self) -> StatusDoc:
+        """One round: each running replica in turn (the active one first, if known) until
+        one answers. Raises ``StatusUnavailableError`` naming why each did not."""
         errors = []
         for proc in self._status_sources():
             try:
-                response = await self._client().get(proc.url + "/status", timeout=5.0)
+                response = await self._get_status(proc)
             except httpx.HTTPError as exc:
                 errors.append(f"{proc.name}: {exc!r}")
                 continue
@@ -464,6 +507,48 @@ class Cluster:
             self._preferred_status = leader["id"] if leader else None
             return doc
         raise StatusUnavailableError("; ".join(errors) or "no leader process is running")
+
+    async def status(self, within: float = STATUS_WITHIN) -> StatusDoc:
+        """The status document from a running leader replica (the active one if known:
+        only it has the ``rebalances`` history), asking again every ``STATUS_POLL`` s while
+        none answers (timeouts, refused connections, a replica not serving yet), for at
+        most ``within`` seconds. Raises ``StatusUnavailableError`` with the last errors."""
+        error = "not asked"
+        with anyio.move_on_after(within):
+            while True:
+                try:
+                    return await self._status_once()
+                except StatusUnavailableError as exc:
+                    error = str(exc)
+                await anyio.sleep(STATUS_POLL)
+        raise StatusUnavailableError(f"no leader replica answered within {within:g} s: {error}")
+
+    def status_latency(self) -> dict[str, Any]:
+        """``requests``, ``p50_ms``, ``p99_ms``, ``max_ms`` (nearest rank), ``outcomes``
+        (count by HTTP status, ``timeout``, ``error``) and ``slowest`` (the three slowest:
+        replica, outcome, milliseconds, seconds after the first request) of every status
+        request made so far; a request that timed out counts with the time it waited, one
+        refused (a killed replica) with the little it took."""
+        seconds = sorted(r.seconds for r in self.status_requests)
+        if not seconds:
+            return {"requests": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+
+        def rank(q: float) -> float:
+            return round(seconds[max(0, math.ceil(q * len(seconds)) - 1)] * 1000, 1)
+
+        first = self.status_requests[0].at
+        slowest = sorted(self.status_requests, key=lambda r: r.seconds)[-3:]
+        return {
+            "requests": len(seconds),
+            "p50_ms": rank(0.50),
+            "p99_ms": rank(0.99),
+            "max_ms": rank(1.0),
+            "outcomes": dict(sorted(Counter(r.outcome for r in self.status_requests).items())),
+            "slowest": [
+                f"{r.leader}:{r.outcome}:{r.seconds * 1000:.0f}ms@+{r.at - first:.1f}s"
+                for r in reversed(slowest)
+            ],
+        }
 
     async def active_leader(self) -> tuple[str, int] | None:
         """(leader id, term) from the status document, None while nobody leads."""
@@ -509,7 +594,7 @@ class Cluster:
                             f"{what}\n{proc.tail(60)}"
                         )
                 try:
-                    last = await self.status()
+                    last = await self._status_once()
                 except (StatusUnavailableError, ValueError) as exc:
                     error = str(exc)
                 else:
@@ -526,7 +611,7 @@ class Cluster:
         """Append (wall clock, document) every ``interval`` until cancelled."""
         while True:
             try:
-                doc = await self.status()
+                doc = await self._status_once()
             except (StatusUnavailableError, ValueError):
                 pass
             else:

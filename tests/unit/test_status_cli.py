@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -85,11 +86,19 @@ BACKLOG = {
 }
 
 
+NOT_READ = "the status document was last read 20 s ago (last read: StoreUnavailableError: down)"
+
+
 class _Handler(BaseHTTPRequestHandler):
     routes: ClassVar[dict[str, tuple[int, bytes]]] = {}
+    # answered first, one per request, before the route's own answer (a leader starting)
+    first: ClassVar[dict[str, list[tuple[int, bytes]]]] = {}
+    delays: ClassVar[dict[str, float]] = {}
 
     def do_GET(self) -> None:
-        code, body = self.routes.get(self.path, (404, b"not found"))
+        time.sleep(self.delays.get(self.path, 0.0))
+        queued = self.first.get(self.path)
+        code, body = queued.pop(0) if queued else self.routes.get(self.path, (404, b"not found"))
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -110,7 +119,12 @@ def server() -> Iterator[str]:
         "/other/status": (200, b'{"hello": "world"}'),
         "/rated/status": (200, json.dumps(RATED).encode()),
         "/backlog/status": (200, json.dumps(BACKLOG).encode()),
+        "/starting/status": (200, json.dumps(DOCUMENT).encode()),
+        "/stale/status": (503, json.dumps({"error": NOT_READ}).encode()),
+        "/slow/status": (200, json.dumps(DOCUMENT).encode()),
     }
+    _Handler.first = {"/starting/status": [(503, json.dumps({"error": NOT_READ}).encode())] * 2}
+    _Handler.delays = {"/slow/status": 1.5}
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -292,6 +306,24 @@ def test_an_unreachable_url_exits_1(state_dir: Path) -> None:
     result = run("--url", _unused_url(), "--timeout", "1")
     assert result.exit_code == 1
     assert "cannot read the status API" in result.stderr
+
+
+def test_a_leader_not_ready_yet_is_asked_again_within_the_timeout(server: str) -> None:
+    result = run("--json", "--url", server + "/starting", "--timeout", "5")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["leader"]["id"] == "leader-a"
+
+
+def test_a_leader_that_stays_unavailable_says_why(server: str) -> None:
+    result = run("--url", server + "/stale", "--timeout", "0.6")
+    assert result.exit_code == 1
+    assert f"HTTP 503: {NOT_READ}" in result.stderr
+
+
+def test_a_leader_that_does_not_answer_in_time_is_named_with_the_timeout(server: str) -> None:
+    result = run("--url", server + "/slow", "--timeout", "0.3")
+    assert result.exit_code == 1
+    assert f"{server}/slow/status: no answer within 0.3 s" in result.stderr
 
 
 def test_a_non_http_url_exits_1() -> None:
