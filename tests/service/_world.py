@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,9 @@ from services.common.settings import HandlerSettings, LeaderSettings
 from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
+from services.leader.backlog import BacklogReader
 from services.leader.leader_loop import LeaderLoop
+from services.leader.status import StatusReader
 
 __all__ = ["World", "balanced", "world_of"]
 
@@ -247,3 +249,28 @@ def balanced(members: set[str]) -> Callable[[Assignment], bool]:
         return set(assignment.by_member()) == members and max(loads) - min(loads) <= 1
 
     return check
+
+
+async def status_reader(
+    world: World,
+    stack: AsyncExitStack,
+    backlog: BacklogReader,
+    membership: InMemoryMembership | None = None,
+    **options: Any,
+) -> StatusReader:
+    """A StatusReader of leader l1 over the world's in-memory stores (``membership``: one
+    of the test's own instead, such as a slow one), entered on ``stack``."""
+    state = world.state
+    return StatusReader(
+        leader_loop=world.leader_loops["l1"],
+        election=await stack.enter_async_context(InMemoryElection(state)),
+        membership=await stack.enter_async_context(membership or InMemoryMembership(state)),
+        reports=await stack.enter_async_context(InMemoryLoadReports(state)),
+        store=await stack.enter_async_context(InMemoryAssignmentStore(state)),
+        holds=await stack.enter_async_context(InMemoryHoldStore(state)),
+        transport=world.transport,
+        partitions=world.partitions,
+        backends={"coordination": "memory", "transport": "memory"},
+        backlog=backlog,
+        **options,
+    )

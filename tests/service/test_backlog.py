@@ -18,18 +18,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapters.memory import (
-    InMemoryAssignmentStore,
-    InMemoryElection,
-    InMemoryHoldStore,
-    InMemoryLoadReports,
-    InMemoryMembership,
     InMemoryTransport,
 )
 from core.ingest import announcement
 from core.messages import Envelope
 from services.leader.backlog import BacklogAlerter, BacklogReader
-from services.leader.status import StatusReader
-from tests.service._world import World, world_of
+from tests.service._world import World, status_reader, world_of
 
 pytestmark = pytest.mark.anyio
 
@@ -171,25 +165,6 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield w
 
 
-async def _status_reader(
-    world: World, stack: AsyncExitStack, backlog: BacklogReader, **options: Any
-) -> StatusReader:
-    state = world.state
-    return StatusReader(
-        leader_loop=world.leader_loops["l1"],
-        election=await stack.enter_async_context(InMemoryElection(state)),
-        membership=await stack.enter_async_context(InMemoryMembership(state)),
-        reports=await stack.enter_async_context(InMemoryLoadReports(state)),
-        store=await stack.enter_async_context(InMemoryAssignmentStore(state)),
-        holds=await stack.enter_async_context(InMemoryHoldStore(state)),
-        transport=world.transport,
-        partitions=world.partitions,
-        backends={"coordination": "memory", "transport": "memory"},
-        backlog=backlog,
-        **options,
-    )
-
-
 async def test_the_status_document_ranks_projects_by_the_rows_landed(world: World) -> None:
     """Handlers rank their registered projects by rows landed; the leader merges the
     reports. ``unknown`` is never announced, so it is not ranked though it sends more
@@ -215,7 +190,7 @@ async def test_the_status_document_ranks_projects_by_the_rows_landed(world: Worl
     await world.until_landed(ids)
     async with AsyncExitStack() as stack:
         backlog = BacklogReader(world.transport, 1, ttl=0.0)
-        reader = await _status_reader(world, stack, backlog, group="g1", top_projects=3)
+        reader = await status_reader(world, stack, backlog, group="g1", top_projects=3)
         expected = [{"project": "big", "messages": 6}, {"project": "mid", "messages": 3}]
         with anyio.fail_after(10):
             while True:  # load reports are polled by design: there is no event to await
@@ -245,7 +220,7 @@ async def test_the_status_document_shows_the_oldest_age_and_the_alerting_partiti
     await world.transport.publish([_message(0, 1), _message(0, 2)])
     async with AsyncExitStack() as stack:
         backlog = BacklogReader(world.transport, 1, ttl=0.0, clock=lambda: stored_at + 90.0)
-        reader = await _status_reader(world, stack, backlog, alert_age=30.0)
+        reader = await status_reader(world, stack, backlog, alert_age=30.0)
         document = await reader.document()
     (partition,) = document["partitions"]
     assert partition["lag"] == 2

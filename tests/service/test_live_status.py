@@ -22,18 +22,14 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from adapters.memory import (
-    InMemoryAssignmentStore,
-    InMemoryElection,
-    InMemoryHoldStore,
-    InMemoryLoadReports,
     InMemoryMembership,
 )
 from core.model import MemberId, Partition
 from infra.local.servers import free_port
 from services.common.http import embedded_server, serve_in_thread
 from services.leader.backlog import BacklogReader
-from services.leader.status import LiveStatus, StatusReader, create_status_app
-from tests.service._world import World, world_of
+from services.leader.status import LiveStatus, create_status_app
+from tests.service._world import World, status_reader, world_of
 
 pytestmark = pytest.mark.anyio
 
@@ -71,24 +67,6 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield w
 
 
-async def _reader(
-    world: World, stack: AsyncExitStack, backlog: BacklogReader, membership: InMemoryMembership
-) -> StatusReader:
-    state = world.state
-    return StatusReader(
-        leader_loop=world.leader_loops["l1"],
-        election=await stack.enter_async_context(InMemoryElection(state)),
-        membership=await stack.enter_async_context(membership),
-        reports=await stack.enter_async_context(InMemoryLoadReports(state)),
-        store=await stack.enter_async_context(InMemoryAssignmentStore(state)),
-        holds=await stack.enter_async_context(InMemoryHoldStore(state)),
-        transport=world.transport,
-        partitions=world.partitions,
-        backends={"coordination": "memory", "transport": "memory"},
-        backlog=backlog,
-    )
-
-
 def _client(app: FastAPI) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://leader")
 
@@ -107,7 +85,7 @@ async def test_requests_are_answered_at_once_while_the_store_and_the_broker_are_
     membership.delay = 1.0
     backlog = BacklogReader(SlowBacklogs(delay=0.8), PARTITIONS, ttl=0.0)
     async with AsyncExitStack() as stack:
-        reader = await _reader(world, stack, backlog, membership)
+        reader = await status_reader(world, stack, backlog, membership)
         tg = await stack.enter_async_context(anyio.create_task_group())
         live = LiveStatus(reader, interval=0.05, first_backlog_wait=5.0)
         await tg.start(live.run)  # the first read: backlog and store, slow as they are
@@ -135,7 +113,7 @@ async def test_a_published_generation_shows_at_once_not_at_the_next_period(
     leader = await world.start_leader("l1")
     backlog = BacklogReader(world.transport, PARTITIONS)
     async with AsyncExitStack() as stack:
-        reader = await _reader(world, stack, backlog, InMemoryMembership(world.state))
+        reader = await status_reader(world, stack, backlog, InMemoryMembership(world.state))
         tg = await stack.enter_async_context(anyio.create_task_group())
         live = LiveStatus(reader, interval=3600.0)  # only a change can trigger a read
         with anyio.fail_after(10):
@@ -164,7 +142,7 @@ async def test_a_read_that_hangs_serves_the_last_document_for_max_age_then_a_503
     membership = SlowMembership(world.state)
     backlog = BacklogReader(world.transport, PARTITIONS)
     async with AsyncExitStack() as stack:
-        reader = await _reader(world, stack, backlog, membership)
+        reader = await status_reader(world, stack, backlog, membership)
         tg = await stack.enter_async_context(anyio.create_task_group())
         live = LiveStatus(reader, interval=0.05, max_age=1.0, timeout=60.0)
         await tg.start(live.run)
@@ -193,7 +171,7 @@ async def test_a_failed_read_is_a_503_that_says_why_until_a_read_succeeds(
     await world.start_leader("l1")
     backlog = BacklogReader(world.transport, PARTITIONS)
     async with AsyncExitStack() as stack:
-        reader = await _reader(world, stack, backlog, InMemoryMembership(world.state))
+        reader = await status_reader(world, stack, backlog, InMemoryMembership(world.state))
         tg = await stack.enter_async_context(anyio.create_task_group())
         live = LiveStatus(reader, interval=0.05)
         await tg.start(live.run)
