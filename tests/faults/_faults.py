@@ -5,8 +5,9 @@ lasted, and how long until the pipeline recovered.
 A row's messages are those the gateway accepted from the fault's start until the next
 fault's (the load generator's acceptance order); after the last fault the load stops, the
 zone is drained and every row is judged against what landed. "Recovered" is measured
-where it matters: the partitions the fault hit land again (a row stamped after the fault,
-in a file a reader can see), or, for a leader, the status shows a new term in office.
+where it happens: the partitions the fault hit are consumed again (the earliest
+``handled_at``, stamped at fetch, of a row after the fault), or, for a leader, the status
+shows a new term in office; each within a bound derived from the settings plus MARGIN.
 
 Observation crosses processes, so it polls: the leader's status (``record_status``) and
 the landing table (``watch_zone``, which also notes when each file first became visible:
