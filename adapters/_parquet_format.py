@@ -7,9 +7,9 @@ partition, project and sequence, so files are large (thousands of rows, not one 
 fetched batch and partition) while a reader filtering on ``partition`` still skips most
 of each file by its row-group statistics. ``date`` is the UTC date of ``received_at``
 (the gateway's clock), so every copy of a message, redelivered or not, lands under the
-same date. Files appear atomically: they are written under a name starting with ``.``
-and ending in ``.tmp`` (which Spark and pyarrow skip), fsynced, then renamed, and the
-directory is fsynced.
+same date. A file is encoded in memory (at most a roll's size), then stored under its
+final name; it is part of the table only once a Delta commit adds it, so a file a
+killed writer left half-written is never read (``TableUpkeep.vacuum`` removes it).
 
 =============  ======================  =====================================================
 column         type                    meaning
@@ -24,36 +24,45 @@ sequence       int64                   per (gateway_id, project_id), from 1 with
 received_at    timestamp[us, UTC]      when the gateway accepted it
 handled_at     timestamp[us, UTC]      when the handler landed it
 kind           string                  ``announce`` or ``data``
-payload        binary                  the message body as received
+payload        string                  the message body as received (JSON, UTF-8 text)
+log_id         string                  the broker log it was delivered from
+position       int64                   its place in that log (stream sequence, offset)
 =============  ======================  =====================================================
 
-No column is nullable. Readers that partition by folder (Spark, ``pyarrow.dataset`` with
-``partitioning="hive"``) see ``date`` (string) from the path.
+No column is nullable. ``date`` (string, YYYY-MM-DD) is the table's partition column: in
+the path and the Delta log, not in the files. Read the table through Delta (Spark with
+delta-spark, ``deltalake``, polars, DuckDB's ``delta_scan``): a glob of the folder also
+finds files no version names.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.messages import LandedRow
+from core.table import LandedFile
 
 __all__ = [
     "LANDED_SCHEMA",
+    "EncodedFile",
     "ParquetSettings",
-    "layout",
+    "delta_stats",
+    "encode_files",
     "sorted_table",
-    "table_file_path",
     "to_table",
     "write_parquet",
 ]
@@ -72,7 +81,9 @@ LANDED_SCHEMA = pa.schema(
         pa.field("received_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("handled_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
-        pa.field("payload", pa.binary(), nullable=False),
+        pa.field("payload", pa.string(), nullable=False),
+        pa.field("log_id", pa.string(), nullable=False),
+        pa.field("position", pa.int64(), nullable=False),
     ]
 )
 
@@ -85,32 +96,36 @@ class ParquetSettings(BaseSettings):
     row_group_rows: int = Field(default=128 * 1024, ge=1)
 
 
-def table_file_path(day: str, table: pa.Table, *, writer: str) -> str:
-    """Where a sink's ``write_table`` puts ``table``: ``date={day}/{writer}-{uuid}.parquet``
-    relative to the zone's root. ``ValueError`` for a schema other than ``LANDED_SCHEMA``
-    or a ``day`` that is not YYYY-MM-DD."""
-    if not table.schema.remove_metadata().equals(LANDED_SCHEMA):
-        raise ValueError(f"not the landed schema: {table.schema}")
-    folder = f"date={datetime.strptime(day, '%Y-%m-%d'):%Y-%m-%d}"
-    return f"{folder}/{_UNSAFE.sub('_', writer) or 'writer'}-{uuid.uuid4().hex}.parquet"
-
-
 def _day(received_at: float) -> str:
     return datetime.fromtimestamp(received_at, UTC).date().isoformat()
 
 
-def layout(rows: Sequence[LandedRow]) -> list[tuple[str, list[LandedRow]]]:
-    """The files a batch lands as, by UTC date of ``received_at``: ``(path, rows)`` with
-    ``path`` = ``date=YYYY-MM-DD/{handler}-{uuid}.parquet`` relative to the zone's root
-    (every sink writes this layout)."""
+@dataclass(frozen=True, slots=True)
+class EncodedFile:
+    """One file of a batch, encoded: where it goes and what a commit says of it."""
+
+    data: pa.Buffer
+    landed: LandedFile
+
+
+def encode_files(rows: Sequence[LandedRow], settings: ParquetSettings) -> list[EncodedFile]:
+    """A batch as the files it lands as, one per UTC date of ``received_at``, at
+    ``date=YYYY-MM-DD/{handler}-{uuid}.parquet`` relative to the table's root (every
+    sink writes this layout)."""
     by_day: dict[str, list[LandedRow]] = defaultdict(list)
     for row in rows:
         by_day[_day(row.envelope.received_at)].append(row)
     handler = _UNSAFE.sub("_", rows[0].handler_id) or "handler" if rows else "handler"
-    return [
-        (f"date={day}/{handler}-{uuid.uuid4().hex}.parquet", group)
-        for day, group in sorted(by_day.items())
-    ]
+    encoded = []
+    for day, group in sorted(by_day.items()):
+        table = sorted_table(group)
+        stream = pa.BufferOutputStream()
+        write_parquet(table, stream, settings)
+        data = stream.getvalue()
+        path = f"date={day}/{handler}-{uuid.uuid4().hex}.parquet"
+        landed = LandedFile(path, len(group), data.size, day, delta_stats(table))
+        encoded.append(EncodedFile(data, landed))
+    return encoded
 
 
 def sorted_table(rows: Sequence[LandedRow]) -> pa.Table:
@@ -145,7 +160,9 @@ def to_table(rows: Sequence[LandedRow]) -> pa.Table:
         [_micros(e.received_at) for e in envs],
         [_micros(r.handled_at) for r in rows],
         [e.kind.value for e in envs],
-        [e.payload for e in envs],
+        [e.payload.decode("utf-8") for e in envs],
+        [r.log_id for r in rows],
+        [r.position for r in rows],
     ]
     return pa.Table.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, LANDED_SCHEMA, strict=True)],
@@ -155,3 +172,28 @@ def to_table(rows: Sequence[LandedRow]) -> pa.Table:
 
 def _micros(seconds: float) -> int:
     return round(seconds * 1_000_000)
+
+
+# Not the timestamps: Delta keeps their statistics in milliseconds, and a reader that skips
+# by a maximum truncated from microseconds would skip rows it should read.
+_STATS_COLUMNS = ("partition", "project_id", "log_id", "position")
+
+
+def delta_stats(table: pa.Table) -> str:
+    """The Delta ``stats`` of a file holding ``table``: its row count, and the least and
+    greatest value of the columns readers filter on (they skip files by these)."""
+    least: dict[str, Any] = {}
+    greatest: dict[str, Any] = {}
+    for name in _STATS_COLUMNS:
+        bounds = pc.min_max(table.column(name)).as_py()
+        if bounds["min"] is None:
+            continue
+        least[name], greatest[name] = bounds["min"], bounds["max"]
+    return json.dumps(
+        {
+            "numRecords": table.num_rows,
+            "minValues": least,
+            "maxValues": greatest,
+            "nullCount": dict.fromkeys(_STATS_COLUMNS, 0),
+        }
+    )

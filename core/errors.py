@@ -8,7 +8,7 @@
   - coordination: ``StoreUnavailableError``, ``LeaseLostError``, ``MemberExistsError``,
     ``FencedError``
   - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``)
-  - landing: ``OwnershipLostError``, ``CommitRefusedError``
+  - landing: ``OwnershipLostError``, ``CommitConflictError``
   - routing: ``RouteError`` (a ``ValueError``), ``RouteConflictError``
 
 Ports say which of these each method raises; adapters translate their client library's
@@ -89,10 +89,10 @@ class OwnershipLostError(ShoalError):
     nothing was made visible."""
 
 
-class CommitRefusedError(ShoalError):
-    """A landed-table commit that does not follow from the state: a wrong version, a
-    position already settled, a file already in the table, or the removal of a file that
-    is not in it. Nothing changed."""
+class CommitConflictError(ShoalError):
+    """The landed table refused a commit: another commit set one of its logs' app
+    transactions after the snapshot it was planned on (``core.table``). This attempt
+    committed nothing; an earlier attempt of the same commit may have."""
 
 
 class RouteError(ShoalError, ValueError):

@@ -338,4 +338,8 @@ def unprocessable(envelope: Envelope, partition: int) -> str | None:
         return f"it names partition {envelope.partition} but was stored on partition {partition}"
     if not LANDABLE_SINCE <= envelope.received_at < LANDABLE_UNTIL:  # False for NaN too
         return f"received_at {envelope.received_at!r} is not a time the landing table can date"
+    try:
+        envelope.payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"its payload is not UTF-8 text ({exc.reason} at byte {exc.start})"
     return None

@@ -54,12 +54,15 @@ class Envelope:
 @dataclass(frozen=True, slots=True)
 class LandedRow:
     """One message as the sink lands it: the envelope plus who handled it, when, and under
-    which generation (so an audit can prove a deposed owner wrote nothing)."""
+    which generation (so an audit can prove a deposed owner wrote nothing), and where the
+    broker delivered it from."""
 
     envelope: Envelope
     generation: int
     handler_id: str
     handled_at: float
+    log_id: str = ""  # the broker log it was delivered from (``Subscription.log_id``)...
+    position: int = 0  # ...and its place there: the landed table settles positions by it
 
 
 class Outcome(StrEnum):

@@ -23,7 +23,7 @@ from core.model import Assignment, MemberId, MemberStats, Partition
 from core.replay import StoredMessage, Window
 from core.retry import DeadLetterReason
 from core.routing import RouteTable
-from core.table import Commit, LandedFile, StoredFile, TableState
+from core.table import DayFiles, LandedFile, LogKey
 
 __all__ = [
     "AcceptanceLedger",
@@ -35,7 +35,7 @@ __all__ = [
     "History",
     "HoldStore",
     "IdempotencyStore",
-    "LandingLog",
+    "LandedTable",
     "LeaderInfo",
     "Leadership",
     "LoadReports",
@@ -46,8 +46,9 @@ __all__ = [
     "Scaler",
     "Sink",
     "Subscription",
+    "TableHealth",
+    "TableUpkeep",
     "Transport",
-    "ZoneFiles",
 ]
 
 
@@ -384,7 +385,7 @@ class History(Protocol):
 
 class Sink(Protocol):
     """Writes data files of the landing zone. A file it writes is not part of the table
-    until a commit of the ``LandingLog`` names it."""
+    until a commit of the ``LandedTable`` adds it."""
 
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
@@ -404,52 +405,78 @@ class Sink(Protocol):
         ...
 
 
-class LandingLog(Protocol):
-    """The landing zone's commit log (``core.table``): commits, each created only if
-    absent, and checkpoints of the state they add up to."""
+class LandedTable(Protocol):
+    """The landing zone's table (Delta Lake, ``core.table``) as a writer sees it: a snapshot
+    of it, read with ``refresh``, and commits planned on that snapshot. Storage errors raise
+    ``OSError``. Not for concurrent use by several tasks: one per writer."""
 
-    async def commits(self, after: int) -> Sequence[Commit]:
-        """The commits with versions ``after + 1``, ``after + 2``, ... in order, up to the
-        first version that does not exist (or was removed after a checkpoint)."""
+    async def refresh(self) -> int:
+        """Read the newest version of the table (creating the table if there is none yet)
+        and make it the snapshot the other calls read and commit on; return its version."""
         ...
 
-    async def append(self, commit: Commit) -> bool:
-        """Create commit ``commit.version``, durably, if no commit of that version exists:
-        True when this call created it, False when one existed (this one is not stored).
-        Raises ``OSError`` (or ``TimeoutError``) when the storage did not confirm: the
-        commit may or may not exist then; read it back by its ``commit_id``."""
+    def token(self, key: LogKey) -> int | None:
+        """The app transaction version of ``key`` in the snapshot (``transaction_app_id``):
+        the token of the last commit that landed rows of that log, None when none did."""
         ...
 
-    async def checkpoint(self) -> TableState | None:
-        """The newest checkpoint saved, or None."""
+    async def settled(self, floors: Mapping[LogKey, int]) -> Mapping[LogKey, frozenset[int]]:
+        """For each log in ``floors``: the positions at or above its floor that rows of the
+        snapshot were delivered at."""
         ...
 
-    async def save_checkpoint(self, state: TableState) -> None:
-        """Save ``state`` as the checkpoint of its version (replacing an equal one)."""
+    async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:
+        """Add ``files`` (written by a ``Sink``) in one commit on the snapshot, setting each
+        log's app transaction to its token (``refresh`` to see the new version).
+        ``CommitConflictError`` when another commit set one of those app
+        transactions after the snapshot (nothing was committed by this call, unless an
+        earlier attempt of it was: read the tokens back). ``OSError`` when the storage did
+        not confirm: the commit may have landed."""
+        ...
+
+    async def holds(self, paths: Collection[str]) -> bool:
+        """Whether every one of ``paths`` is a file of the snapshot."""
         ...
 
 
-class ZoneFiles(Protocol):
-    """The landing zone's files as stored, for its upkeep (``shoal analytics compact``):
-    what the ``date=`` folders hold, whether or not the table names it. Paths as in
-    ``LandedFile``. Storage errors raise ``OSError``."""
+@dataclass(frozen=True, slots=True)
+class TableHealth:
+    """What the table's upkeep looks at: its version, its active data files (and per day,
+    how many are below the compaction target) and the size of its log."""
 
-    async def listing(self) -> Sequence[StoredFile]:
-        """Every file directly in a ``date=YYYY-MM-DD`` folder: data files and a sink's
-        hidden temporary ones (``.*.tmp``), named by the table or not; nothing else (not
-        the log, not the ledger)."""
+    version: int
+    files: int
+    bytes: int
+    rows: int
+    log_files: int
+    log_bytes: int
+    days: tuple[DayFiles, ...]
+
+
+class TableUpkeep(Protocol):
+    """The landing zone table's maintenance: compaction, checkpoints and log cleanup,
+    removal of files no version names. Each call may run while writers commit: none of
+    them conflicts with an append. Storage errors raise ``OSError``."""
+
+    async def health(self, small_file_bytes: int) -> TableHealth:
+        """The table as it is now; ``DayFiles.small`` counts files below
+        ``small_file_bytes``."""
         ...
 
-    async def read(self, path: str) -> bytes:
-        """The whole file (``FileNotFoundError`` when there is none)."""
+    async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
+        """Rewrite the small files of each ``date`` partition in ``days`` into files of
+        about ``target_bytes``, in one commit: (files removed, files added)."""
         ...
 
-    async def stamp(self, paths: Sequence[str]) -> None:
-        """Set each file's ``modified`` to now, its content unchanged."""
+    async def checkpoint(self) -> int:
+        """Write a checkpoint of the newest version and remove the log entries older than
+        the table's log retention that it covers: how many log files were removed."""
         ...
 
-    async def delete(self, paths: Sequence[str]) -> None:
-        """Remove the files; one already gone is no error."""
+    async def vacuum(self, retention_hours: float, *, dry_run: bool = False) -> list[str]:
+        """Delete files of the table's folder that no version names any more (compacted
+        away, or written for a commit that never landed) and that are older than
+        ``retention_hours``: the paths deleted (with ``dry_run``: to be deleted)."""
         ...
 
 

@@ -11,7 +11,6 @@ from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
 from adapters.memory._history import InMemoryHistory
 from adapters.memory._idempotency import InMemoryIdempotencyStore
-from adapters.memory._landing_log import InMemoryLandingLog
 from adapters.memory._ledger import InMemoryLedger
 from adapters.memory._membership import (
     InMemoryLoadReports,
@@ -35,7 +34,6 @@ __all__ = [
     "InMemoryHistory",
     "InMemoryHoldStore",
     "InMemoryIdempotencyStore",
-    "InMemoryLandingLog",
     "InMemoryLeadership",
     "InMemoryLedger",
     "InMemoryLoadReports",

@@ -1,30 +1,23 @@
-"""The landing zone on a file system: the Sink port on Parquet files (pyarrow; layout and
-schema and encoding: ``adapters._parquet_format``), the LandingLog port (``_log``) and the ZoneFiles
-port (``_files``)."""
+"""The landing zone's data files on a file system: the Sink port on Parquet files (pyarrow;
+layout, schema and encoding: ``adapters._parquet_format``). The table over them is
+``adapters.delta``."""
 
 from adapters._parquet_format import (
     LANDED_SCHEMA,
     ParquetSettings,
-    layout,
+    encode_files,
     sorted_table,
-    table_file_path,
     to_table,
     write_parquet,
 )
-from adapters.parquet._files import LocalZoneFiles
-from adapters.parquet._log import LOG_DIR, LocalLandingLog
 from adapters.parquet._sink import ParquetSink
 
 __all__ = [
     "LANDED_SCHEMA",
-    "LOG_DIR",
-    "LocalLandingLog",
-    "LocalZoneFiles",
     "ParquetSettings",
     "ParquetSink",
-    "layout",
+    "encode_files",
     "sorted_table",
-    "table_file_path",
     "to_table",
     "write_parquet",
 ]

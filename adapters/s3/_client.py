@@ -12,7 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from adapters.s3._settings import S3Settings
 
-__all__ = ["S3Location", "call", "delete_objects", "list_objects", "s3_client"]
+__all__ = ["S3Location", "call", "delete_objects", "list_objects", "s3_client", "usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +103,9 @@ def delete_objects(client: Any, location: S3Location, paths: Sequence[str]) -> N
         )
         if response.get("Errors"):
             raise OSError(f"S3 delete in {location}: {response['Errors'][:3]}")
+
+
+def usage(client: Any, location: S3Location, folder: str) -> tuple[int, int]:
+    """How many objects and bytes ``folder`` (relative to ``location``) holds."""
+    objects = list(list_objects(client, location.bucket, location.key(f"{folder.rstrip('/')}/")))
+    return len(objects), sum(int(o["Size"]) for o in objects)

@@ -1,7 +1,7 @@
-"""Analytics over landed data on PySpark 4.3 (the DESIGN's Analytics port, synchronous).
+"""Analytics over landed data on PySpark 4.2 (the DESIGN's Analytics port, synchronous).
 
-``SparkAnalytics`` runs three jobs over a landing directory's committed files (layout
-and schema: ``adapters.parquet._schema``): ``audit`` (accepted vs landed), ``report``
+``SparkAnalytics`` runs three jobs over a landing zone's Delta table (layout and schema:
+``adapters._parquet_format``): ``audit`` (accepted vs landed), ``report``
 (volume, skew, handler load over time, latency, rebalances) and ``weights`` (partition
 weights from measured load, for the leader's ``weighted`` strategy).
 ``render_report_html`` draws a report as one static page.
@@ -13,22 +13,26 @@ leader (which only reads weights files) stay light.
 Spark
     One SparkSession per process, started on first use with ``SparkSettings`` (``local[*]``
     by default; a cluster with ``master="spark://host:7077"``) and stopped at interpreter
-    exit. Start-up: UI off, console progress off, in-memory catalog (no Hive), no packages,
-    ``spark.sql.shuffle.partitions`` 4, driver memory 1g; when local, the driver binds to
-    127.0.0.1 and its JVM runs the C1 JIT only (``-XX:TieredStopAtLevel=1``: a command's
-    few short jobs finish sooner cold). ``SHOAL_SPARK_EXTRA_CONF`` (JSON) overrides any of
-    it. Timestamps are collected as ``unix_micros`` (PySpark would turn them into naive
-    datetimes in the Python process's local zone). The JVM's stderr is a pipe drained by
-    a thread: ``SparkStartError`` (and a ``SparkJobError`` when the JVM dies) end with its
-    last lines, because PySpark's own error is only ``[JAVA_GATEWAY_EXITED] Java gateway
-    process exited before sending its port number``.
+    exit. Start-up: Delta Lake's extension and catalog, its jars from a cache
+    (``adapters.spark._jars``: fetched once by ``python -m infra.local.delta_jars``; a
+    session never resolves packages over the network), UI off, console progress off,
+    in-memory catalog (no Hive), ``spark.sql.shuffle.partitions`` 4, driver memory 1g;
+    when local, the driver binds to 127.0.0.1 and its JVM runs the C1 JIT only
+    (``-XX:TieredStopAtLevel=1``: a command's few short jobs finish sooner cold).
+    ``SHOAL_SPARK_EXTRA_CONF`` (JSON) overrides any of it. Timestamps are collected as
+    ``unix_micros`` (PySpark would turn them into naive datetimes in the Python process's
+    local zone). The JVM's stderr is a pipe drained by a thread: ``SparkStartError`` (and
+    a ``SparkJobError`` when the JVM dies) end with its last lines, because PySpark's own
+    error is only ``[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its
+    port number``.
 
 Reading
-    The landing directory is a table with a commit log (``_shoal/log``): its data are the
-    files the log names, not whatever lies in the folder (a crashed writer's orphan, a file
-    compacted away). So every job takes the committed files from the caller (this adapter
-    reads no log), reads exactly those with the landed schema given (no inference), and
-    ``date`` (a string) from their paths (the directory is the partition base).
+    The landing zone (a directory, or ``s3://bucket/prefix`` read through ``s3a``) is a
+    Delta Lake table: its data are the files its newest version names, not whatever lies
+    in the folder (a crashed writer's files, files compacted away and not yet vacuumed).
+    Every job reads it with ``spark.read.format("delta")``; ``date`` is its partition
+    column, ``payload`` the message body as a JSON string. A directory without a
+    ``_delta_log`` is refused (``LandingDirError``), Parquet files in it or not.
     Announcements (``kind == "announce"``, sequence 0) are not data: the audit counts them
     apart, the report and weights leave them out.
 
@@ -89,6 +93,7 @@ from adapters.spark._errors import (
     SparkStartError,
 )
 from adapters.spark._html import render_report_html
+from adapters.spark._jars import DELTA_JARS, delta_jars_dir, fetch_delta_jars
 from adapters.spark._model import (
     DEFAULT_SETTLE_SECONDS,
     AuditResult,
@@ -102,6 +107,7 @@ from adapters.spark._model import (
     per_million,
     read_weights_file,
 )
+from adapters.spark._zone import check_local_zone, not_a_table
 
 if TYPE_CHECKING:
     from adapters.spark._analytics import JobProgress, SparkAnalytics
@@ -111,6 +117,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SETTLE_SECONDS",
+    "DELTA_JARS",
     "AnalyticsError",
     "AuditResult",
     "JobProgress",
@@ -125,9 +132,13 @@ __all__ = [
     "SparkSettings",
     "SparkStartError",
     "WeightsFileError",
+    "check_local_zone",
+    "delta_jars_dir",
+    "fetch_delta_jars",
     "load_skew",
     "nines",
     "nines_text",
+    "not_a_table",
     "per_million",
     "read_weights_file",
     "render_report_html",

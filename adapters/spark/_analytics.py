@@ -1,4 +1,4 @@
-"""``SparkAnalytics``: audit, report and partition weights over a landing directory."""
+"""``SparkAnalytics``: audit, report and partition weights over a landing zone's Delta table."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias
 
-from pyspark.errors import PySparkException
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BinaryType,
     DoubleType,
-    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -37,35 +35,14 @@ from adapters.spark._model import (
 from adapters.spark._s3a import s3a_url
 from adapters.spark._session import RunningSpark, start_spark
 from adapters.spark._settings import SparkSettings
-
-Zone = str | Path
-"""A landing zone: a directory, or ``s3://bucket/prefix``."""
-
-
-def is_s3(zone: Zone) -> bool:
-    return str(zone).startswith(("s3://", "s3a://"))
-
+from adapters.spark._zone import Zone, check_local_zone, is_s3, not_a_table
 
 __all__ = ["JobProgress", "SparkAnalytics"]
 
 SERIES = ("gateway_id", "project_id")
 
-LANDED_READ_SCHEMA = StructType(
-    [
-        StructField("message_id", StringType()),
-        StructField("project_id", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("generation", LongType()),
-        StructField("handler_id", StringType()),
-        StructField("gateway_id", StringType()),
-        StructField("sequence", LongType()),
-        StructField("received_at", TimestampType()),
-        StructField("handled_at", TimestampType()),
-        StructField("kind", StringType()),
-        StructField("payload", BinaryType()),
-        StructField("date", StringType()),  # from the file's path (date=YYYY-MM-DD)
-    ]
-)
+# Spark's error conditions for a path with no Delta table (nothing there, or no log).
+_NO_TABLE = frozenset({"PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE"})
 
 DeadLetterKey: TypeAlias = tuple[str, str, int, float]
 """A dead letter as the audit matches it: gateway_id, project_id, sequence, received_at."""
@@ -116,9 +93,11 @@ class SparkAnalytics:
 
     Entering starts (or joins) the process's one SparkSession; leaving does not stop it
     (it stops at interpreter exit), so several ``SparkAnalytics`` in one process share it.
-    Every method raises ``LandingDirError`` for a missing directory, ``SparkJobError`` when
-    Spark fails (with the JVM's stderr tail when the JVM died), and ``SparkStartError``
-    (from entering) when Spark cannot start. ``on_step`` is told what each job is doing.
+    Every method reads the zone's Delta table at its newest version and raises
+    ``LandingDirError`` for a missing directory or a zone with no Delta table,
+    ``SparkJobError`` when Spark fails (with the JVM's stderr tail when the JVM died), and
+    ``SparkStartError`` (from entering) when Spark cannot start. ``on_step`` is told what
+    each job is doing.
     """
 
     def __init__(
@@ -172,7 +151,6 @@ class SparkAnalytics:
     def audit(
         self,
         data_dir: Zone,
-        files: Sequence[Zone],
         *,
         as_of: datetime | None = None,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
@@ -188,14 +166,13 @@ class SparkAnalytics:
         flight); otherwise those accepted at or before ``cutoff = as_of - settle_seconds``
         (``as_of`` defaults to now). Accepted: from ``ledger_dir`` (the gateway's ledger)
         when given, else inferred from the landed sequences. See the package docstring.
-        ``files``: the table's committed files (see ``_landed``). ``dead_letters``: the
-        transport's dead letters as ``(gateway_id, project_id, sequence, received_at)``; a
-        due sequence among them that did not land is dead-lettered, not lost.
+        ``dead_letters``: the transport's dead letters as ``(gateway_id, project_id,
+        sequence, received_at)``; a due sequence among them that did not land is
+        dead-lettered, not lost.
         """
         with self._spark_errors():
             return self._audit(
                 data_dir,
-                files,
                 as_of=as_of,
                 settle_seconds=settle_seconds,
                 drained=drained,
@@ -208,7 +185,6 @@ class SparkAnalytics:
     def _audit(
         self,
         data_dir: Zone,
-        files: Sequence[Zone],
         *,
         as_of: datetime | None,
         settle_seconds: float,
@@ -223,7 +199,7 @@ class SparkAnalytics:
         else:
             as_of = (as_of or datetime.now(UTC)).astimezone(UTC)
             cutoff = as_of - timedelta(seconds=settle_seconds)
-        landed = self._landed(data_dir, files)
+        landed = self._landed(data_dir)
         ledger = self._ledger(ledger_dir) if ledger_dir is not None else None
 
         self._step("audit: counting landed sequences")
@@ -462,7 +438,6 @@ class SparkAnalytics:
     def report(
         self,
         data_dir: Zone,
-        files: Sequence[Zone],
         *,
         partitions: int,
         bucket_seconds: int | None = None,
@@ -473,12 +448,10 @@ class SparkAnalytics:
 
         Data rows only (announcements excluded). ``bucket_seconds`` defaults to a round
         size giving at most ~120 buckets. Raises ``NoDataError`` when nothing landed.
-        ``files``: the table's committed files (see ``_landed``).
         """
         with self._spark_errors():
             return self._report(
                 data_dir,
-                files,
                 partitions=partitions,
                 bucket_seconds=bucket_seconds,
                 window_seconds=window_seconds,
@@ -488,7 +461,6 @@ class SparkAnalytics:
     def _report(
         self,
         data_dir: Zone,
-        files: Sequence[Zone],
         *,
         partitions: int,
         bucket_seconds: int | None,
@@ -496,7 +468,7 @@ class SparkAnalytics:
         top_projects: int,
     ) -> dict[str, Any]:
         rows = (
-            self._landed(data_dir, files)
+            self._landed(data_dir)
             .filter(F.col("kind") != "announce")
             .select(
                 "project_id",
@@ -505,7 +477,7 @@ class SparkAnalytics:
                 "handler_id",
                 "received_at",
                 "handled_at",
-                F.length("payload").alias("bytes"),
+                F.octet_length("payload").alias("bytes"),
                 ((F.unix_micros("handled_at") - F.unix_micros("received_at")) / 1000.0).alias(
                     "latency_ms"
                 ),
@@ -778,7 +750,6 @@ class SparkAnalytics:
     def weights(
         self,
         data_dir: Zone,
-        files: Sequence[Zone],
         *,
         partitions: int,
         metric: Literal["rows", "bytes"] = "rows",
@@ -788,11 +759,10 @@ class SparkAnalytics:
         """Partition weights from measured load (see ``PartitionWeights``).
 
         ``since`` limits the measurement to rows received from then on. Raises
-        ``NoDataError`` when no data row is in range. ``files``: the table's committed
-        files (see ``_landed``).
+        ``NoDataError`` when no data row is in range.
         """
         with self._spark_errors():
-            rows = self._landed(data_dir, files).filter(F.col("kind") != "announce")
+            rows = self._landed(data_dir).filter(F.col("kind") != "announce")
             if since is not None:
                 rows = rows.filter(F.col("received_at") >= F.lit(since.astimezone(UTC)))
             self._step("weights: load per partition")
@@ -800,7 +770,7 @@ class SparkAnalytics:
                 rows.groupBy("partition")
                 .agg(
                     F.count(F.lit(1)).alias("rows"),
-                    F.sum(F.length("payload")).alias("bytes"),
+                    F.sum(F.octet_length("payload")).alias("bytes"),
                     F.min(F.unix_micros("received_at")).alias("first"),
                     F.max(F.unix_micros("received_at")).alias("last"),
                 )
@@ -836,23 +806,24 @@ class SparkAnalytics:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _landed(self, data_dir: Zone, files: Sequence[Zone]) -> DataFrame:
-        """The rows of ``files`` (each relative to ``data_dir``, or absolute): the files the
-        landing table's log names, listed by the caller. Never a glob of ``data_dir``, which
-        also holds files no commit names (a crashed writer's) or no longer names (compacted
-        away). ``date`` comes from each file's path (``data_dir`` is the partition base).
-        ``data_dir`` may be ``s3://bucket/prefix`` (read through ``s3a``: ``s3a_conf``)."""
+    def _landed(self, data_dir: Zone) -> DataFrame:
+        """The rows of the Delta table at ``data_dir`` (a directory, or ``s3://`` read
+        through ``s3a``: ``s3a_conf``), at its newest version: only the files that version
+        names, never a glob of the folder, which also holds files no version names (a
+        crashed writer's, files compacted away and not yet vacuumed). ``LandingDirError``
+        when the directory is missing or holds no Delta table."""
         if is_s3(data_dir):
-            root = s3a_url(str(data_dir)).rstrip("/")
-            paths = [s3a_url(str(f)) if is_s3(f) else f"{root}/{f}" for f in files]
+            where = s3a_url(str(data_dir))
         else:
-            local = Path(data_dir)
-            if not local.is_dir():
-                raise LandingDirError(f"landing directory {data_dir} does not exist")
-            root = str(local.resolve())
-            paths = [str(Path(root) / f) for f in files]
-        self._step(f"reading {len(files):,} landed file{'s' if len(files) != 1 else ''}")
-        return self.spark.read.schema(LANDED_READ_SCHEMA).option("basePath", root).parquet(*paths)
+            check_local_zone(Path(data_dir))
+            where = str(Path(data_dir).resolve())
+        self._step(f"reading the Delta table at {data_dir}")
+        try:
+            return self.spark.read.format("delta").load(where)
+        except AnalysisException as exc:
+            if exc.getCondition() in _NO_TABLE:
+                raise LandingDirError(not_a_table(data_dir, holds_parquet=False)) from exc
+            raise
 
     def _ledger(self, ledger_dir: Path) -> DataFrame:
         if not ledger_dir.is_dir():

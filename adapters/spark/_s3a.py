@@ -10,20 +10,16 @@ classpath and point ``s3a`` at the store (endpoint, path-style access, credentia
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import re
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 
+from adapters.spark._jars import MavenJar, cache_dir, fetch
+
 __all__ = ["S3aSettings", "s3a_conf", "s3a_jars", "s3a_url"]
 
-MAVEN = "https://repo1.maven.org/maven2"
 # hadoop-project's aws-java-sdk-v2.version and analyticsaccelerator version, per Hadoop.
 _SDK = {"3.5.0": ("2.35.4", "1.3.1"), "3.4.2": ("2.29.52", "1.2.1")}
 
@@ -53,21 +49,6 @@ def hadoop_version() -> str:
     raise FileNotFoundError(f"no hadoop-client-api jar in {jars}: which Hadoop is this?")
 
 
-def _cache() -> Path:
-    return Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache" / "shoal") / "s3a"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def s3a_jars() -> list[Path]:
     """The connector's jars for PySpark's Hadoop, downloaded once (a file lock makes
     concurrent first uses safe; a partial download never takes a final name).
@@ -77,32 +58,21 @@ def s3a_jars() -> list[Path]:
         raise FileNotFoundError(f"no known AWS SDK for Hadoop {hadoop} (known: {sorted(_SDK)})")
     sdk, accelerator = _SDK[hadoop]
     wanted = [
-        f"org/apache/hadoop/hadoop-aws/{hadoop}/hadoop-aws-{hadoop}.jar",
-        f"software/amazon/awssdk/bundle/{sdk}/bundle-{sdk}.jar",
-        "software/amazon/s3/analyticsaccelerator/analyticsaccelerator-s3/"
-        f"{accelerator}/analyticsaccelerator-s3-{accelerator}.jar",
+        MavenJar(f"org/apache/hadoop/hadoop-aws/{hadoop}/hadoop-aws-{hadoop}.jar"),
+        MavenJar(f"software/amazon/awssdk/bundle/{sdk}/bundle-{sdk}.jar"),
+        MavenJar(
+            "software/amazon/s3/analyticsaccelerator/analyticsaccelerator-s3/"
+            f"{accelerator}/analyticsaccelerator-s3-{accelerator}.jar"
+        ),
     ]
-    cache = _cache()
-    jars = [cache / path.rsplit("/", 1)[1] for path in wanted]
-    if all(jar.is_file() for jar in jars):
-        return jars
-    with _locked(cache / ".fetch.lock"):
-        for path, jar in zip(wanted, jars, strict=True):
-            if jar.is_file():
-                continue
-            partial = jar.with_suffix(".jar.part")
-            with (
-                urllib.request.urlopen(f"{MAVEN}/{path}", timeout=60) as answer,
-                partial.open("wb") as out,
-            ):
-                while chunk := answer.read(1 << 20):
-                    out.write(chunk)
-            partial.rename(jar)
-    return jars
+    cache = cache_dir("s3a")
+    fetch(wanted, cache)
+    return [cache / jar.name for jar in wanted]
 
 
 def s3a_conf(settings: S3aSettings) -> dict[str, str]:
-    """Spark settings for reading and writing ``s3a://`` (downloads the jars if needed)."""
+    """Spark settings for reading and writing ``s3a://`` (downloads the jars if needed;
+    their ``spark.jars`` adds to Delta's: ``spark_conf``)."""
     conf = {
         "spark.jars": ",".join(str(jar) for jar in s3a_jars()),
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",

@@ -11,8 +11,9 @@
 # is left listening on 2379/6379: tests start their own servers on free ports.
 # Prints one line per server; exits non-zero with a reason when one is missing.
 #
-# Usage: install.sh [etcd|redis|nats|kafka|minio|browser ...]   (default: all of them;
-#   kafka = Java 17, Maven and Kafka's jars; browser = Debian chromium and nginx)
+# Usage: install.sh [etcd|redis|nats|kafka|minio|spark|browser ...]   (default: all of them;
+#   kafka = Java 17, Maven and Kafka's jars; spark = Delta Lake's jars for Spark;
+#   browser = Debian chromium and nginx)
 # Env: SHOAL_NATS_SERVER=/path/to/nats-server  (optional, checked first)
 set -euo pipefail
 
@@ -180,6 +181,18 @@ install_minio() {
     echo "minio: built $MINIO_MODULE into $bin"
 }
 
+# --- Delta Lake's jars for Spark (shoal analytics reads the landing zone's Delta table) ----
+install_spark() {
+    # From Maven Central into ${SHOAL_CACHE:-~/.cache/shoal}/delta/<version>/, checked against
+    # the SHA-256 pinned in adapters/spark/_jars.py; a Spark session only reads that cache.
+    local py=""
+    for cand in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" "$REPO/.venv/bin/python" "$(command -v python3 2>/dev/null || true)"; do
+        if [ -n "$cand" ] && [ -x "$cand" ]; then py="$cand"; break; fi
+    done
+    [ -n "$py" ] || die "python3 not found (needed to fetch Delta Lake's jars)"
+    (cd "$REPO" && "$py" -m infra.local.delta_jars) || die "fetching Delta Lake's jars failed (see above)"
+}
+
 # --- chromium and nginx (the browser tests; the nginx L4 config check) ---------
 install_browser() {
     # Debian's Chromium is the browser Playwright drives (never `playwright install`);
@@ -202,10 +215,10 @@ install_browser() {
 
 
 components=("$@")
-[ $# -gt 0 ] || components=(etcd redis nats kafka minio browser)
+[ $# -gt 0 ] || components=(etcd redis nats kafka minio spark browser)
 for component in "${components[@]}"; do
     case "$component" in
-        etcd|redis|nats|kafka|minio|browser) "install_$component" ;;
-        *) die "unknown component '$component'; valid: etcd redis nats kafka minio browser" ;;
+        etcd|redis|nats|kafka|minio|spark|browser) "install_$component" ;;
+        *) die "unknown component '$component'; valid: etcd redis nats kafka minio spark browser" ;;
     esac
 done

@@ -1,15 +1,17 @@
-"""``shoal analytics``: Spark jobs over landed data (audit, report, weights), and
-compaction of the landing table (compact, no Spark).
+"""``shoal analytics``: Spark jobs over landed data (audit, report, weights), and the
+landing table's upkeep (compact, vacuum: no Spark).
 
-The landing directory is a table: its data are the files its log (``_shoal/log``) names,
-which the commands list through ``services.common.table.read_table`` and hand to Spark,
-never a glob of the folder. A directory with Parquet files but no log is refused.
+The landing zone is a Delta Lake table: audit, report and weights check it is one (with
+delta-rs, before Spark starts), then Spark reads it through Delta at its newest version,
+never a glob of the folder. A zone without a ``_delta_log`` is refused, Parquet files in
+it or not.
 
 pyspark loads only when a command runs (``adapters.spark`` imports it lazily), so the other
 ``shoal`` commands start without it. Exit codes: 0 fine; 1 the audit found a loss, nothing
-landed to measure, or compaction found rows that do not add up; 2 usage (bad option,
-missing directory, no log, an unreadable log or disk); 3 Spark failed. Progress (the
-current step, and tasks done over the active Spark stages) goes to stderr.
+landed to measure, or compaction left the table fewer rows than it found; 2 usage (bad
+option, missing directory, no log, an unreadable log or disk; compact and vacuum: no Delta
+table there, or the storage failed); 3 Spark failed. Progress (the current step, and tasks
+done over the active Spark stages) goes to stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from adapters.parquet import LOG_DIR
 from adapters.s3 import S3Location, S3Settings
 from adapters.spark import (
     DEFAULT_SETTLE_SECONDS,
@@ -39,23 +40,27 @@ from adapters.spark import (
     LandingDirError,
     NoDataError,
     PartitionWeights,
+    check_local_zone,
     load_skew,
+    not_a_table,
     render_report_html,
 )
 from core.assignment import AssignmentOptions, AssignmentRequest, strategy_named
-from core.errors import CommitRefusedError
 from core.messages import MessageKind
 from core.partitioning import DEFAULT_PARTITIONS
-from core.table import TableState
 from services.cli._compact import (
-    DEFAULT_RETENTION,
-    DEFAULT_TARGET_ROWS,
-    Compaction,
-    compact,
+    ZoneError,
+    compact_table,
+    compaction_json,
+    print_compaction,
+    print_vacuum,
+    table_settings,
+    vacuum_json,
+    vacuum_table,
 )
 from services.cli._dlq import stored_letters
-from services.common.landing_zone import is_object_store
-from services.common.table import read_table
+from services.common.landing_zone import is_object_store, table_address
+from services.common.table import landed_table
 
 if TYPE_CHECKING:
     from adapters.spark import SparkAnalytics, SparkSettings
@@ -65,7 +70,6 @@ __all__ = [
     "EXIT_SPARK",
     "EXIT_USAGE",
     "analytics_app",
-    "committed_files",
     "parse_time",
 ]
 
@@ -84,8 +88,8 @@ analytics_app = typer.Typer(
 DataDir = Annotated[
     str,
     typer.Argument(
-        help="the landing zone: a directory or s3://bucket/prefix; a table, "
-        "date=YYYY-MM-DD/*.parquet named by _shoal/log",
+        help="the landing zone: a directory or s3://bucket/prefix holding a Delta table "
+        "(_delta_log, date=YYYY-MM-DD/*.parquet)",
         show_default=False,
     ),
 ]
@@ -135,42 +139,22 @@ def _zone(text: str) -> str | Path:
     return Path(text)
 
 
-def _table(zone: str | Path) -> TableState:
-    """The landing table at ``zone`` as its log says; exit 2 when the directory is
-    missing, holds Parquet files but no log (nothing says which of them are data), or its
-    log cannot be read. A directory with neither is an empty table."""
-    if isinstance(zone, Path):
-        if not zone.exists():
-            _fail(f"landing directory {zone} does not exist", EXIT_USAGE)
-        if not zone.is_dir():
-            _fail(f"landing directory {zone} is not a directory", EXIT_USAGE)
-        if not (zone / LOG_DIR).is_dir() and _has_parquet(zone):
-            _fail(
-                f"{zone} holds Parquet files but no commit log ({LOG_DIR}): only files a "
-                f"landing table's log names are data, so it cannot be read as one",
-                EXIT_USAGE,
-            )
+def _table_uri(zone: str | Path) -> str:
+    """The URI of the landing zone's Delta table (``table_address``); exit 2 when the
+    directory is missing, holds no Delta table, or the table's log cannot be read."""
+    s3 = S3Settings() if is_object_store(zone) else None
     try:
-        return read_table(zone)
-    except (OSError, ValueError, CommitRefusedError) as exc:
-        _fail(f"cannot read the landing table's log under {zone}: {exc}", EXIT_USAGE)
-
-
-def committed_files(zone: str | Path) -> list[str]:
-    """The files of the landing table at ``zone`` (absolute paths or ``s3://`` URLs,
-    sorted), as its log names them; exits like ``_table``."""
-    names = sorted(_table(zone).files)
-    if isinstance(zone, Path):
-        root = zone.resolve()
-        return [str(root / name) for name in names]
-    return [f"{zone.rstrip('/')}/{name}" for name in names]
-
-
-def _has_parquet(data_dir: Path) -> bool:
-    return any(
-        not any(part.startswith((".", "_")) for part in path.relative_to(data_dir).parts)
-        for path in data_dir.rglob("*.parquet")
-    )
+        if isinstance(zone, Path):
+            check_local_zone(zone)
+        table = landed_table(zone, s3)
+    except LandingDirError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).partition("\n")[0]  # delta-rs appends a native backtrace
+        _fail(f"cannot read the landing table at {zone}: {reason}", EXIT_USAGE)
+    if table is None:
+        _fail(not_a_table(zone, holds_parquet=False), EXIT_USAGE)
+    return table_address(zone, s3).uri
 
 
 def _settings(master: str | None, zone: str | Path) -> SparkSettings:
@@ -333,7 +317,7 @@ def audit(
         _fail("--drain-marker and --as-of exclude each other", EXIT_USAGE)
     moment = parse_time(as_of) if as_of is not None else None
     zone = _zone(data_dir)
-    files = committed_files(zone)
+    table = _table_uri(zone)
     ledger_dir = None if no_ledger else ledger
     if (
         ledger_dir is None
@@ -353,8 +337,7 @@ def audit(
     )
     with _analytics(master, quiet or as_json, zone) as analytics:
         result = analytics.audit(
-            zone,
-            files,
+            table,
             as_of=moment,
             settle_seconds=settle,
             drained=drain_marker,
@@ -480,11 +463,10 @@ def report(
 ) -> None:
     """Volume, skew, handler load over time, latency, rebalances: report.json + report.html."""
     zone = _zone(data_dir)
-    files = committed_files(zone)
+    table = _table_uri(zone)
     with _analytics(master, quiet, zone) as analytics:
         document = analytics.report(
-            zone,
-            files,
+            table,
             partitions=partitions,
             bucket_seconds=bucket,
             window_seconds=window,
@@ -550,10 +532,10 @@ def weights(
     chosen: Literal["rows", "bytes"] = "rows" if metric == "rows" else "bytes"
     start = parse_time(since) if since is not None else None
     zone = _zone(data_dir)
-    files = committed_files(zone)
+    table = _table_uri(zone)
     with _analytics(master, quiet, zone) as analytics:
         measured = analytics.weights(
-            zone, files, partitions=partitions, metric=chosen, floor=floor, since=start
+            table, partitions=partitions, metric=chosen, floor=floor, since=start
         )
     try:
         measured.write(out)
@@ -602,100 +584,77 @@ def compare_strategies(measured: PartitionWeights, members: int) -> tuple[float,
 def compact_command(
     data_dir: DataDir,
     *,
-    target_rows: Annotated[
-        int, typer.Option(help="rows per merged file, at most", min=1)
-    ] = DEFAULT_TARGET_ROWS,
-    retention: Annotated[
-        float,
-        typer.Option(
-            help="seconds a file the table does not name (a crashed writer's, or compacted "
-            "away) is kept, from its last change, before it is deleted",
-            min=0,
-        ),
-    ] = DEFAULT_RETENTION,
     include_today: Annotated[
         bool,
         typer.Option(
-            "--include-today", help="also compact today's UTC date (handlers still write there)"
+            "--include-today",
+            help="also compact today's UTC date (handlers still write there; their commits "
+            "and the rewrite do not conflict)",
         ),
     ] = False,
+    target_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="compaction writes files of about this many bytes [default: "
+            "SHOAL_TABLE_TARGET_FILE_BYTES, 128 MiB]",
+            min=1024,
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    quiet: Quiet = False,
 ) -> None:
-    """Merge the small files of closed days (before today, UTC) into files of up to
-    --target-rows rows, one atomic swap per day; then delete files the table does not name
-    once older than --retention. Exit 1 when a day's rows do not add up (nothing swapped)."""
-    zone = _zone(data_dir)
-    _table(zone)  # exits on a missing directory or an unreadable log
-    progress = Console(stderr=True, highlight=False, soft_wrap=True, quiet=quiet or as_json)
-
-    def step(description: str) -> None:
-        progress.print(description, style="dim", markup=False)
-
+    """Merge the small files (below SHOAL_TABLE_SMALL_FILE_BYTES) of every closed day (before
+    today, UTC) that holds two or more into files of about --target-bytes, in one commit;
+    then checkpoint the table, which cleans its log. The files merged away stay for readers
+    of older versions until `shoal analytics vacuum`. Exit 1 when the table holds fewer
+    rows after than before; 2 when the zone is missing, holds no Delta table, or the
+    storage fails."""
+    settings = table_settings(target_file_bytes=target_bytes)
     try:
-        result = anyio.run(
-            partial(
-                compact,
-                zone,
-                today=datetime.now(UTC).date(),
-                include_today=include_today,
-                target_rows=target_rows,
-                retention=retention,
-                on_step=step,
-            )
-        )
-    except (OSError, ValueError, CommitRefusedError) as exc:
+        result = anyio.run(partial(compact_table, data_dir, settings, include_today=include_today))
+    except ZoneError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
         _fail(f"compaction of {data_dir} stopped: {exc}", EXIT_USAGE)
     if as_json:
-        typer.echo(json.dumps(result.to_json()))
+        typer.echo(json.dumps(compaction_json(result)))
     else:
-        _print_compaction(result)
-    if not result.ok:
+        print_compaction(Console(highlight=False, soft_wrap=True), result)
+    if result.compaction.rows_lost:
         raise typer.Exit(EXIT_LOST)
 
 
-_STYLES = {"compacted": "green", "skipped": "", "raced": "yellow", "mismatch": "bold red"}
-
-
-def _print_compaction(result: Compaction) -> None:
-    console = Console(highlight=False, soft_wrap=True)
-    console.print(
-        f"compaction of {result.data_dir}: table version {result.version_before} -> "
-        f"{result.version_after}",
-        style="bold",
-        markup=False,
-    )
-    if result.days:
-        table = Table(show_edge=False, box=None, pad_edge=False)
-        table.add_column("date", style="bold")
-        table.add_column("files before", justify="right")
-        table.add_column("files after", justify="right")
-        table.add_column("rows", justify="right")
-        table.add_column("")
-        for day in result.days:
-            table.add_row(
-                day.date,
-                f"{day.files_before:,}",
-                f"{day.files_after:,}",
-                f"{day.rows:,}",
-                f"[{_STYLES[day.status]}]{day.status}[/]" if _STYLES[day.status] else day.status,
-            )
-        console.print(table)
-        for day in result.days:
-            if day.status in {"raced", "mismatch"}:
-                console.print(f"{day.date}: {day.note}", style=_STYLES[day.status], markup=False)
+@analytics_app.command("vacuum")
+def vacuum_command(
+    data_dir: DataDir,
+    *,
+    retention_hours: Annotated[
+        float | None,
+        typer.Option(
+            help="delete only files older than this; keep it longer than any handler's "
+            "write takes, or a file is deleted before its commit [default: "
+            "SHOAL_TABLE_VACUUM_RETENTION_HOURS, 6]",
+            min=0,
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="list the files, delete nothing")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Delete the files of the table's folder that no table version names (merged away by
+    compaction, or written by a handler whose commit never came) once older than
+    --retention-hours. Exit 2 when the zone is missing, holds no Delta table, or the
+    storage fails."""
+    settings = table_settings(vacuum_retention_hours=retention_hours)
+    try:
+        vacuum = anyio.run(partial(vacuum_table, data_dir, settings, dry_run=dry_run))
+    except ZoneError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        _fail(f"vacuum of {data_dir} stopped: {exc}", EXIT_USAGE)
+    if as_json:
+        typer.echo(json.dumps(vacuum_json(data_dir, vacuum)))
     else:
-        console.print("no closed date in the table", markup=False)
-    garbage = result.garbage
-    if garbage is None:
-        console.print(
-            "STOPPED: a day's rows do not add up; it was not swapped, nothing was deleted",
-            style="bold red",
-        )
-        return
-    console.print(
-        f"deleted {len(garbage.deleted):,} file(s) the table does not name, older than "
-        f"{result.retention:g} s ({garbage.deleted_bytes:,} bytes); kept {garbage.kept:,} "
-        f"younger",
-        markup=False,
-    )
+        print_vacuum(Console(highlight=False, soft_wrap=True), data_dir, vacuum)

@@ -1,5 +1,5 @@
 """``shoal status``: who leads, which handler owns each partition, lag and rates, the
-group's backlog and the busiest projects.
+group's backlog, the busiest projects and the landing table (files, log, upkeep).
 
 In the manner of ``kafka-consumer-groups --describe``: it reads the leader's ``GET /status``
 document (any leader replica serves it, active or standby) and prints tables, or with
@@ -192,13 +192,15 @@ def json_view(document: Mapping[str, Any]) -> dict[str, Any]:
     """The documented shape: ``leader``, ``members``, ``partitions`` (each with
     ``partition``, ``owner``, ``generation``, ``lag``, ``oldest_unacked_age_s``; extra keys
     inside are kept), ``group`` (the backlog totals; null from a leader that predates them)
-    and ``top_projects`` (``[{"project", "messages"}]``, busiest first)."""
+    ``top_projects`` (``[{"project", "messages"}]``, busiest first) and ``table`` (the
+    landing table's upkeep: null from a leader that keeps none)."""
     return {
         "leader": document.get("leader"),
         "members": list(document.get("members") or []),
         "partitions": list(document.get("partitions") or []),
         "group": document.get("group"),
         "top_projects": list(document.get("top_projects") or []),
+        "table": document.get("table"),
     }
 
 
@@ -351,6 +353,69 @@ def _scaling_line(document: Mapping[str, Any]) -> str | None:
     return f"last scaling decision: {last.get('reason') or last.get('rule') or last}"
 
 
+def _size(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "-"
+    size, unit = float(value), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{value:,} B" if unit == "B" else f"{size:,.1f} {unit}"
+
+
+def _moment(epoch: object) -> str:
+    """``HH:MM:SS UTC (N s/min/h ago)``; ``-`` when not a time."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int | float):
+        return "-"
+    ago = max(0, round(time.time() - epoch))
+    since = f"{ago} s" if ago < 90 else f"{ago // 60} min" if ago < 5400 else f"{ago // 3600} h"
+    return f"{time.strftime('%H:%M:%S', time.gmtime(epoch))} UTC ({since} ago)"
+
+
+def _table_line(document: Mapping[str, Any]) -> Text | None:
+    """The landing table: its files, rows and log as the leader last read them, its last
+    compaction and vacuum, and the upkeep's error while its rounds fail."""
+    table = document.get("table")
+    if not isinstance(table, Mapping):
+        return None  # a leader from before the document had the table
+    if not table.get("enabled"):
+        return Text(
+            "table: not kept up by this leader (no SHOAL_LEADER_DATA_DIR, or broadcast mode)"
+        )
+    line = Text("table")
+    if isinstance(table.get("files"), int):
+        line.append(f" · {_number(table['files'])} files")
+        small = table.get("small_files")
+        if isinstance(small, int) and small:
+            line.append(f" ({small:,} small)")
+        line.append(f" · {_size(table.get('bytes'))} · {_number(table.get('rows'))} rows")
+        line.append(
+            f" · log {_number(table.get('log_files'))} files, {_size(table.get('log_bytes'))}"
+        )
+    else:
+        line.append(" · not read yet")
+    compaction = table.get("last_compaction")
+    if isinstance(compaction, Mapping):
+        line.append(
+            f" · last compaction {_moment(compaction.get('at'))}: "
+            f"{_number(compaction.get('files_removed'))} -> "
+            f"{_number(compaction.get('files_added'))} files"
+        )
+    else:
+        line.append(" · no compaction yet")
+    vacuum = table.get("last_vacuum")
+    if isinstance(vacuum, Mapping):
+        line.append(
+            f" · last vacuum {_moment(vacuum.get('at'))}: "
+            f"{_number(vacuum.get('files_removed'))} files deleted"
+        )
+    error = table.get("last_error")
+    if isinstance(error, Mapping):
+        line.append(f" · UPKEEP FAILING: {error.get('error', '?')}", style="bold red")
+    return line
+
+
 def _backends_line(document: Mapping[str, Any]) -> str | None:
     backends = document.get("backends")
     if not isinstance(backends, Mapping) or not backends.get("coordination"):
@@ -375,6 +440,9 @@ def print_status(console: Console, document: Mapping[str, Any], url: str) -> Non
     scaling = _scaling_line(document)
     if scaling:
         console.print(scaling, markup=False, soft_wrap=True)
+    table = _table_line(document)
+    if table:
+        console.print(table, soft_wrap=True)
     console.print()
     console.print(members_table(members))
     console.print()
@@ -414,7 +482,8 @@ def status(
     ] = 5.0,
 ) -> None:
     """Leader and term, handlers with their stats, owner/generation/lag/oldest unacked age
-    per partition, the group's backlog totals and the busiest projects."""
+    per partition, the group's backlog totals, the busiest projects and the landing
+    table's files, log and upkeep."""
     try:
         if url is not None:
             answered, document = first_answer([url], timeout)

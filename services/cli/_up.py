@@ -10,6 +10,13 @@ admin key; its simulator uses it), ``dashboard: URL`` and ``data: DIR``, then a 
 line every few seconds, and on Ctrl-C or SIGTERM stops everything it started within 15 s.
 A pair that cannot start ends with one ``error: ...`` line saying why.
 
+The progress line counts what this run did, whoever sent it: ``accepted``, the messages
+the gateway answered 202 (from its acceptance ledger), ``landed``, the rows added to the
+zone's Delta table, and ``rate``, the rows landed per second over the handlers' roll age
+and a little more (rows land a file at a time, so a shorter window would read 0 between
+rolls). Once every handler has drained and stopped, one last line on stdout says
+``stopped: accepted N  landed N  table ZONE (version V)``.
+
 Every child runs in its own process group behind the local scaler's launcher, so none of
 them outlives ``shoal up`` even if it is killed with SIGKILL.
 """
@@ -24,7 +31,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +41,7 @@ import anyio
 import anyio.to_thread
 import httpx
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
 from adapters.keys import ApiKeyFile
@@ -55,14 +63,26 @@ from infra.local.servers import (
 from services.cli._keys import new_admin_key
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
-from services.common.landing_zone import is_object_store, landing_log_at
-from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS
-from services.common.table import LandingTable
+from services.common.landing_zone import is_object_store
+from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS, HandlerSettings
+from services.common.table import LandedSummary, landed_summary
 
-__all__ = ["SERVER_KINDS", "UpOptions", "run_up", "servers_for"]
+__all__ = [
+    "SERVER_KINDS",
+    "AcceptanceLedgers",
+    "LandingRate",
+    "UpOptions",
+    "accepted_messages",
+    "final_line",
+    "run_up",
+    "servers_for",
+]
 
 STOP_BOUND = 15.0  # everything is gone this long after Ctrl-C
+PROGRESS_EVERY = 3.0  # seconds between progress lines
 _CHILD_TERM_BOUND = 11.0  # a child's launcher SIGKILLs it this long after SIGTERM
+_HANDLER_DRAIN_TIMEOUT = 5.0
+_GATEWAY_STOP_BOUND = 3.0  # then the handlers are stopped, whether the gateway has exited or not
 
 
 @dataclass(frozen=True)
@@ -90,17 +110,124 @@ class _Child:
     log_path: Path
 
 
-class _Landed:
-    """Counts landed rows: those of the files the landing table's log names (each commit
-    gives its files' row counts), reading only the commits made since the last look."""
+class LandingRate:
+    """Rows landed per second over the last ``window`` seconds, from samples of the table's
+    row count. Rows land in steps, a handler's file at a time: over a window shorter than
+    the time between a handler's rolls the rate would read 0 between them."""
 
-    def __init__(self, zone: str | Path, s3: S3Settings | None) -> None:
-        self._table = LandingTable(landing_log_at(zone, s3), writer="shoal-up")
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._samples: deque[tuple[float, int]] = deque()
 
-    async def refresh(self) -> int:
-        with contextlib.suppress(OSError, ValueError):  # a bad read: the count of last time
-            await self._table.refresh()
-        return self._table.state.rows()
+    def add(self, at: float, rows: int) -> float:
+        """Record ``rows`` landed in all at time ``at`` (not before the last sample's); the
+        rate over the window that ends there (since the first sample until there is a whole
+        window of them)."""
+        samples = self._samples
+        samples.append((at, rows))
+        start = at - self.window
+        while len(samples) > 1 and samples[1][0] <= start:
+            samples.popleft()
+        first_at, first_rows = samples[0]
+        if first_at >= start:
+            span = at - first_at
+            return (rows - first_rows) / span if span > 0 else 0.0
+        # The count at the window's start, read between the samples around it: a step that
+        # landed between them counts for the part of their interval the window covers.
+        next_at, next_rows = samples[1]
+        base = first_rows + (next_rows - first_rows) * (start - first_at) / (next_at - first_at)
+        return (rows - base) / self.window
+
+
+def accepted_messages(ledger_lines: Iterable[bytes]) -> int:
+    """The messages an acceptance ledger's lines (``adapters.ledger``) record as accepted:
+    each line is one request's sequence range. A line that is not a whole record (one a
+    crash cut short) is skipped."""
+    count = 0
+    for line in ledger_lines:
+        try:
+            entry = json.loads(line)
+            if entry["outcome"] == "accepted":
+                count += int(entry["last_sequence"]) - int(entry["first_sequence"]) + 1
+        except (ValueError, KeyError, TypeError):
+            continue
+    return count
+
+
+class AcceptanceLedgers:
+    """The messages the gateways accepted since ``skip_existing``: what their acceptance
+    ledgers (``{directory}/{gateway process}.jsonl``) record, reading only what was appended
+    since the last look. A line still being written is read at the next look."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._read_to: dict[Path, int] = {}
+        self.count = 0
+
+    def skip_existing(self) -> None:
+        for path in self._directory.glob("*.jsonl"):
+            self._read_to[path] = path.stat().st_size
+
+    def refresh(self) -> int:
+        """The count, caught up with the ledgers."""
+        for path in sorted(self._directory.glob("*.jsonl")):
+            offset = self._read_to.get(path, 0)
+            with path.open("rb") as ledger:
+                ledger.seek(offset)
+                appended = ledger.read()
+            whole_lines = appended[: appended.rfind(b"\n") + 1]
+            self.count += accepted_messages(whole_lines.splitlines())
+            self._read_to[path] = offset + len(whole_lines)
+        return self.count
+
+
+@dataclass(frozen=True)
+class _Counts:
+    accepted: int
+    landed: int
+    version: int  # the table's newest version; -1: no table yet
+
+
+class _Tally:
+    """What this run accepted and landed, from the gateways' acceptance ledgers and the
+    zone's table, less what they held when it started (a data dir used before, a bucket
+    prefix other runs wrote). Blocking: call it from a worker thread."""
+
+    def __init__(self, ledger_dir: Path, zone: str | Path, s3: S3Settings | None) -> None:
+        self._accepted = AcceptanceLedgers(ledger_dir)
+        self._zone = zone
+        self._s3 = s3
+        self._table = LandedSummary(-1, 0, ())
+        self._landed_before = 0
+
+    def start(self) -> None:
+        """Take what is there as the baseline (before the gateway starts)."""
+        self._accepted.skip_existing()
+        self._table = landed_summary(self._zone, self._s3)
+        self._landed_before = self._table.rows
+
+    def read(self) -> _Counts:
+        """The counts now; a source that cannot be read keeps its last count."""
+        with contextlib.suppress(OSError):
+            self._accepted.refresh()
+        with contextlib.suppress(OSError, ValueError):
+            self._table = landed_summary(self._zone, self._s3)
+        return _Counts(
+            self._accepted.count, self._table.rows - self._landed_before, self._table.version
+        )
+
+
+def final_line(accepted: int, landed: int, zone: str | Path, version: int) -> str:
+    table = f"version {version}" if version >= 0 else "no table yet"
+    return f"stopped: accepted {accepted:,}  landed {landed:,}  table {zone} ({table})"
+
+
+def _handlers_roll_age() -> float:
+    """The roll age the handlers will read from the environment they inherit."""
+    try:
+        return HandlerSettings(drain_timeout=_HANDLER_DRAIN_TIMEOUT).roll_age
+    except ValidationError as exc:  # the handlers would refuse to start: say so first
+        raise RuntimeError(f"invalid SHOAL_HANDLER_* settings: {exc}") from exc
 
 
 def _port(preferred: int) -> int:
@@ -280,6 +407,8 @@ class _Stack:
         self.s3_env: dict[str, str] = {}
         self.run_dir = self.data_dir / "_run"
         self.log_dir = self.run_dir / "logs"
+        self.ledger_dir = self.data_dir / "_ledger"
+        self.roll_age = _handlers_roll_age()
         self.children: list[_Child] = []
         self.gateway_url = ""
         self.status_urls: list[str] = []
@@ -308,18 +437,19 @@ class _Stack:
         self.children.append(child)
         return child
 
-    def terminate_all(self) -> None:
-        """SIGTERM to each child's launcher only: it forwards exactly one to the child. A
-        signal to the whole process group would reach the child twice (directly and
-        forwarded), and a second signal means "exit now": a leader would then abandon its
-        handlers' drain while the servers they drain against are being stopped."""
-        for child in self.children:
-            if child.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.popen.pid, signal.SIGTERM)
-
-    async def wait_all_exited(self, within: float) -> None:
-        with anyio.move_on_after(within):
+    async def stop_all(self, within: float) -> None:
+        """Stop the gateway, then, once it has exited (or after _GATEWAY_STOP_BOUND), the
+        leaders and their handlers; what still runs ``within`` seconds after the start is
+        killed. The gateway answers the requests in flight before it exits: the handlers,
+        still fetching meanwhile, then hold every message it accepted when they drain."""
+        deadline = anyio.current_time() + within
+        gateways = [child for child in self.children if child.name == "gateway"]
+        self._terminate(gateways)
+        with anyio.move_on_after(_GATEWAY_STOP_BOUND):
+            for child in gateways:
+                await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
+        self._terminate([child for child in self.children if child not in gateways])
+        with anyio.move_on_after(deadline - anyio.current_time()):
             for child in self.children:
                 await anyio.to_thread.run_sync(child.popen.wait, abandon_on_cancel=True)
         for child in self.children:
@@ -327,6 +457,17 @@ class _Stack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.popen.pid, signal.SIGKILL)
                 child.popen.wait(timeout=2)
+
+    @staticmethod
+    def _terminate(children: Sequence[_Child]) -> None:
+        """SIGTERM to each child's launcher only: it forwards exactly one to the child. A
+        signal to the whole process group would reach the child twice (directly and
+        forwarded), and a second signal means "exit now": a leader would then abandon its
+        handlers' drain while the servers they drain against are being stopped."""
+        for child in children:
+            if child.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.popen.pid, signal.SIGTERM)
 
     def check_children(self) -> None:
         for child in self.children:
@@ -423,6 +564,12 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
             return
         async with ApiKeyFile(stack.api_keys_file, create=True) as keys:
             stack.api_key = await new_admin_key(keys, label=f"shoal up {time.strftime('%F %T')}")
+        tally = _Tally(stack.ledger_dir, stack.zone, stack.s3)
+        try:
+            await anyio.to_thread.run_sync(tally.start)
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"cannot read the table at {stack.zone}: {exc}") from exc
+        ran = False
         gateway_port = _port(options.gateway_port)
         leader_ports = [_port(options.dashboard_port)]
         leader_ports.append(_port(leader_ports[0] + 1) if leader_ports[0] + 1 < 65536 else 0)
@@ -431,7 +578,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
             "SHOAL_PARTITIONS": str(options.partitions),
             **backends,
             "SHOAL_HANDLER_DATA_DIR": str(stack.zone),
-            "SHOAL_HANDLER_DRAIN_TIMEOUT": "5",
+            "SHOAL_HANDLER_DRAIN_TIMEOUT": str(_HANDLER_DRAIN_TIMEOUT),
             **stack.s3_env,
         }
         scaling = {
@@ -459,6 +606,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                     SHOAL_LEADER_ID=f"leader-{index}",
                     SHOAL_LEADER_PORT=str(port),
                     SHOAL_LEADER_PEERS=peers,
+                    SHOAL_LEADER_DATA_DIR=str(stack.zone),  # the active one keeps the table up
                 ),
             )
             stack.status_urls.append(f"http://127.0.0.1:{port}/status")
@@ -469,7 +617,7 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                 **common,
                 SHOAL_GATEWAY_ID="gateway-1",
                 SHOAL_GATEWAY_PORT=str(gateway_port),
-                SHOAL_GATEWAY_LEDGER_DIR=str(stack.data_dir / "_ledger"),
+                SHOAL_GATEWAY_LEDGER_DIR=str(stack.ledger_dir),
                 SHOAL_GATEWAY_API_KEYS_FILE=str(stack.api_keys_file),
             ),
         )
@@ -513,13 +661,18 @@ async def _serve(stack: _Stack, stop: anyio.Event) -> None:
                     print(f"data: {stack.zone}", flush=True)
                     if "s3" in stack.servers:
                         print(f"s3: {stack.servers['s3']}", flush=True)
-                    await _run(stack, stop, client)
+                    await _run(stack, stop, client, tally)
+                    ran = True
         finally:
             # Children first, while the servers they drain against still run.
             with anyio.CancelScope(shield=True):
                 console.print("stopping ...")
-                stack.terminate_all()
-                await stack.wait_all_exited(STOP_BOUND - 4)
+                await stack.stop_all(STOP_BOUND - 4)
+        if ran:  # the handlers drained and the gateway's ledger is complete: the last word
+            counts = await anyio.to_thread.run_sync(tally.read)
+            print(
+                final_line(counts.accepted, counts.landed, stack.zone, counts.version), flush=True
+            )
 
 
 async def _object_store(stack: _Stack, servers: ServerGroup) -> None:
@@ -557,25 +710,29 @@ async def _object_store(stack: _Stack, servers: ServerGroup) -> None:
         ) from exc
 
 
-async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> None:
+async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient, tally: _Tally) -> None:
     options, console = stack.options, stack.console
-    generator = LoadGenerator(
-        stack.gateway_url,
-        LoadPlan(
-            messages=None,
-            projects=options.projects,
-            batch=max(1, min(50, int(options.rate // 20) or 1)),
-            concurrency=8,
-            rate=options.rate,
-            keep_ids=False,
-            idempotency_keys=True,
-        ),
-        api_key=stack.api_key,
-    )
-    landed = _Landed(stack.zone, stack.s3)
+    # A handler's file lands a little after its roll age (it is written and committed
+    # then), and samples come a little less often than PROGRESS_EVERY (the reads take
+    # time): two sampling intervals more keep a whole roll in the window.
+    rate = LandingRate(window=stack.roll_age + 2 * PROGRESS_EVERY)
     started = anyio.current_time()
+    rate.add(started, (await anyio.to_thread.run_sync(tally.read)).landed)
     async with anyio.create_task_group() as tg:
         if options.simulator:
+            generator = LoadGenerator(
+                stack.gateway_url,
+                LoadPlan(
+                    messages=None,
+                    projects=options.projects,
+                    batch=max(1, min(50, int(options.rate // 20) or 1)),
+                    concurrency=8,
+                    rate=options.rate,
+                    keep_ids=False,
+                    idempotency_keys=True,
+                ),
+                api_key=stack.api_key,
+            )
             tg.start_soon(generator.run, stop)
         if options.duration is not None:
 
@@ -584,17 +741,17 @@ async def _run(stack: _Stack, stop: anyio.Event, client: httpx.AsyncClient) -> N
                 stop.set()
 
             tg.start_soon(timer)
-        previous = (started, 0)
-        while not stop.is_set():
-            with anyio.move_on_after(3):
+        while True:
+            with anyio.move_on_after(PROGRESS_EVERY):
                 await stop.wait()
+            if stop.is_set():  # the final line, once drained, says the rest
+                break
             stack.check_children()
-            now, rows = anyio.current_time(), await landed.refresh()
-            rate = (rows - previous[1]) / max(now - previous[0], 1e-9)
-            previous = (now, rows)
+            counts = await anyio.to_thread.run_sync(tally.read)
+            now = anyio.current_time()
             console.print(
-                f"{now - started:6.0f} s  rate {rate:7.0f} msg/s  "
-                f"accepted {generator.accepted_count:>9,}  landed {rows:>9,}  "
+                f"{now - started:6.0f} s  rate {rate.add(now, counts.landed):7.0f} msg/s  "
+                f"accepted {counts.accepted:>9,}  landed {counts.landed:>9,}  "
                 f"{await _pool(client, stack)}",
                 highlight=False,
                 soft_wrap=True,

@@ -1,136 +1,68 @@
-"""``LandingTable``: a writer's (or reader's) view of the landed table (``core.table``)
-over a ``LandingLog``: catch up with the log, and commit with the log's exclusive create.
-
-Handlers land through it, ``shoal analytics compact`` swaps files through it, and every
-reader of the landing zone lists the table's files through it.
-"""
+"""Reading the landing zone's Delta table: every reader in shoal (``shoal analytics``,
+``shoal up``'s progress, the tests' audits) goes through these, never through a glob of the
+folder, which also holds files no version names (a crashed writer's, files compacted away
+and not yet vacuumed)."""
 
 from __future__ import annotations
 
-import logging
-import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
+from adapters.delta import TABLE_SCHEMA
 from adapters.s3 import S3Settings
-from core.errors import CommitRefusedError
-from core.ports import LandingLog
-from core.table import Commit, LandedFile, LogKey, TableState, checkpoint_due
-from services.common.landing_zone import landing_log_at
-from services.common.logs import fields
+from services.common.landing_zone import table_address
 
-__all__ = ["LandingTable", "committed_state", "read_table"]
-
-log = logging.getLogger("shoal.table")
+__all__ = ["LandedSummary", "landed_summary", "landed_table", "read_landed"]
 
 
-class LandingTable:
-    """Not safe for concurrent use by several tasks: one per writer."""
+@dataclass(frozen=True, slots=True)
+class LandedSummary:
+    """The table's newest version (-1: no table yet), its rows and its data files (paths
+    relative to the table's root)."""
 
-    def __init__(
-        self, landing_log: LandingLog, writer: str, clock: Callable[[], float] = time.time
-    ) -> None:
-        self._log = landing_log
-        self._writer = writer
-        self._clock = clock
-        self._state = TableState()
-
-    @property
-    def state(self) -> TableState:
-        """The state as of the last ``refresh`` or commit."""
-        return self._state
-
-    async def refresh(self) -> TableState:
-        """Catch up with every commit made since the last look: a fresh view starts from
-        the newest checkpoint, and so does a view whose next commits were removed (after
-        a checkpoint covering them)."""
-        if self._state.version == 0:
-            await self._from_checkpoint()
-        commits = await self._log.commits(self._state.version)
-        if not commits and await self._from_checkpoint():
-            commits = await self._log.commits(self._state.version)
-        self._state = self._state.replay(commits)
-        return self._state
-
-    async def _from_checkpoint(self) -> bool:
-        checkpoint = await self._log.checkpoint()
-        if checkpoint is None or checkpoint.version <= self._state.version:
-            return False
-        self._state = checkpoint
-        return True
-
-    async def commit(
-        self,
-        *,
-        added: Sequence[LandedFile] = (),
-        removed: Sequence[str] = (),
-        positions: Mapping[LogKey, tuple[int, ...]] | None = None,
-        floors: Mapping[LogKey, int] | None = None,
-    ) -> bool:
-        """Commit at the next free version. False, and nothing committed, when the commit
-        no longer follows from the table (another writer settled some of ``positions``,
-        or took away one of ``removed``): ``state`` then shows why, and the caller
-        re-plans. Raises what the log raises when it could not confirm (then the commit
-        may exist: the next ``refresh`` shows it, and the caller's re-plan finds its
-        positions settled)."""
-        commit_id = uuid.uuid4().hex
-        while True:
-            commit = Commit(
-                version=self._state.version + 1,
-                commit_id=commit_id,
-                writer=self._writer,
-                committed_at=self._clock(),
-                added=tuple(added),
-                removed=tuple(removed),
-                positions=dict(positions or {}),
-                floors=dict(floors or {}),
-            )
-            try:
-                after = self._state.apply(commit)
-            except CommitRefusedError as refused:
-                log.info(
-                    "commit re-planned: another writer got there first",
-                    extra=fields(version=commit.version, why=str(refused)),
-                )
-                return False
-            if await self._log.append(commit):
-                self._state = after
-                if checkpoint_due(after.version):
-                    await self._save_checkpoint(after)
-                return True
-            await self.refresh()  # lost the race for this version: look and try again
-
-    async def _save_checkpoint(self, state: TableState) -> None:
-        try:
-            await self._log.save_checkpoint(state)
-        except OSError as exc:  # the log still has every commit: readers just apply more
-            log.warning(
-                "checkpoint not saved", extra=fields(version=state.version, error=repr(exc))
-            )
+    version: int
+    rows: int
+    files: tuple[str, ...]
 
 
-# --- reading the table ------------------------------------------------------------------
+def landed_table(location: str | Path, s3: S3Settings | None = None) -> DeltaTable | None:
+    """The newest version of the zone's table; None when no table is there yet. Raises
+    ``OSError`` (delta-rs's errors) when the storage cannot be read, ``ValueError`` for an
+    ``s3://`` URL without a bucket."""
+    address = table_address(location, s3)
+    try:
+        return DeltaTable(address.uri, storage_options=address.storage_options)
+    except TableNotFoundError:
+        return None
+    except OSError:
+        raise
+    except Exception as exc:  # delta-rs's own errors, object-store failures among them
+        raise OSError(f"cannot read the Delta table at {location}: {exc}") from exc
 
 
-async def committed_state(root: Path | str, s3: S3Settings | None = None) -> TableState:
-    """The landing zone's table at ``root`` (a directory or ``s3://bucket/prefix``) as its
-    log (``root/_shoal/log``) says now: an empty table (version 0) when nothing was
-    committed, or there is no log.
+def read_landed(
+    location: str | Path, s3: S3Settings | None = None, *, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """The zone's rows (``columns`` of them, all by default), read through the table's
+    newest version: an empty table when there is none."""
+    table = landed_table(location, s3)
+    if table is None:
+        schema = (
+            TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
+        )
+        return schema.empty_table()
+    return table.to_pyarrow_dataset().to_table(columns=None if columns is None else list(columns))
 
-    Its ``files`` are the data: read ``root / path`` for each ``path`` in it, never a glob of
-    the folder, which also holds files no commit names (a crashed writer's, a racing
-    compactor's) and files compacted away, kept for a while for readers still on them.
-    """
-    return await LandingTable(landing_log_at(root, s3), writer="reader").refresh()
 
-
-def read_table(root: Path | str, s3: S3Settings | None = None) -> TableState:
-    """``committed_state`` for synchronous code. It runs an event loop of its own, so call it
-    where none runs (from async code: ``await committed_state(root)``, or this function
-    through ``anyio.to_thread.run_sync``). Raises ``OSError`` when the log is unreadable,
-    ``ValueError`` for a malformed log entry, ``CommitRefusedError`` for a log whose
-    commits do not follow from each other."""
-    return anyio.run(committed_state, root, s3)
+def landed_summary(location: str | Path, s3: S3Settings | None = None) -> LandedSummary:
+    table = landed_table(location, s3)
+    if table is None:
+        return LandedSummary(-1, 0, ())
+    actions = pa.table(table.get_add_actions(flatten=True))
+    rows = sum(r or 0 for r in actions.column("num_records").to_pylist())
+    return LandedSummary(table.version(), rows, tuple(sorted(actions.column("path").to_pylist())))

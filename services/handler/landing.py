@@ -2,12 +2,17 @@
 rolls into one file by row count, size or age (``core.landing``); the file is committed to
 the landed table (``core.table``) and only then are the batch's messages acked, in bulk.
 
-Exactly-once: right before writing, the batch is planned against the table
-(``plan_landing``): messages any of whose broker positions is settled already (landed by
-another handler, or by this one before a crash) are left out of the file and only acked.
-The commit is refused if another writer settled any of the batch's positions meanwhile;
-the file is then discarded and the batch planned again. So a position is settled by one
-commit only, whoever else tries.
+Exactly-once (``core.table``): right before writing, the batch is planned against the
+table's newest version. For each log (partition) of the batch the lander keeps which
+positions are settled; when the log's app transaction token in the table is not the one
+its own last commit set (a partition just claimed, or another writer landed rows of it
+since), it rebuilds that view from the rows at or above the broker's ack floor. Messages
+any of whose positions is settled are left out of the file and only acked. The commit sets
+a fresh token on every log it settles, and Delta refuses it if another commit set one of
+them after the version it was planned on: a zombie's or a racing peer's commit is refused
+by the table itself. The lander then reads the tokens back: its own token means its
+commit landed after all (a lost response); otherwise it discards its files, which no
+version names, and plans the batch again.
 
 At most two batches exist: one filling, one landing. While the landing one is still being
 written (a slow or failing disk) and the filling one is full, partition workers stop
@@ -23,12 +28,13 @@ save work; exactly-once does not rest on them but on the commit rule above.
 
 After acking, the lander asks the broker how far each of the batch's partitions is acked
 (``acked_below``, one round every ``floor_interval`` seconds, off the landing path) and
-records that floor in its next commit, so the table forgets settled positions below it.
+forgets the settled positions below that floor.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,15 +42,22 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from core.errors import OwnershipLostError
+from core.errors import CommitConflictError, OwnershipLostError
 from core.landing import RollPolicy, RollReason, roll_reason
 from core.messages import LandedRow
 from core.model import Partition
-from core.ports import Delivery, MembershipLease, Sink, Subscription
+from core.ports import Delivery, LandedTable, MembershipLease, Sink, Subscription
 from core.retry import retry_delay
-from core.table import LandedFile, LogKey, log_key, plan_landing
+from core.table import (
+    LandedFile,
+    LandingPlan,
+    LogKey,
+    Settled,
+    commit_landed,
+    log_key,
+    plan_landing,
+)
 from services.common.logs import fields
-from services.common.table import LandingTable
 from services.handler.metrics import HandlerMetrics
 
 __all__ = ["Lander", "LandingOptions"]
@@ -70,6 +83,16 @@ class LandingOptions:
     floor_interval: float = 5.0  # seconds between two rounds of acked_below queries
 
 
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A commit tried: the token it sets on each log it settles, and what it adds."""
+
+    token: int
+    plan: LandingPlan
+    rows: list[LandedRow]
+    files: Sequence[LandedFile]
+
+
 @dataclass(eq=False, slots=True)
 class _Batch:
     rows: list[LandedRow] = field(default_factory=list)
@@ -82,6 +105,8 @@ class _Batch:
     partitions: dict[Subscription, Partition] = field(default_factory=dict)
     message_ids: set[str] = field(default_factory=set)
     places: list[tuple[LogKey, int, str]] = field(default_factory=list)  # per delivery
+    logs: dict[Subscription, LogKey] = field(default_factory=dict)
+    unconfirmed: _Attempt | None = None  # a commit of this batch whose outcome is unknown
 
     def holds(self, subscription: Subscription) -> bool:
         return subscription in self.pending
@@ -97,7 +122,7 @@ class Lander:
         self,
         *,
         sink: Sink,
-        table: LandingTable,
+        table: LandedTable,
         lease: MembershipLease,
         options: LandingOptions,
         metrics: HandlerMetrics,
@@ -107,6 +132,8 @@ class Lander:
         self._table = table
         self._lease = lease
         self._floors: dict[LogKey, int] = {}  # acked_below, as last asked
+        self._settled: dict[LogKey, Settled] = {}  # per log: positions the table settles
+        self._tokens: dict[LogKey, int | None] = {}  # the token our view of each log is at
         # Subscriptions acked since the last round of acked_below queries.
         self._floor_wanted: weakref.WeakKeyDictionary[Subscription, Partition] = (
             weakref.WeakKeyDictionary()
@@ -125,7 +152,7 @@ class Lander:
         self._drain_requested = False
         self._changed = anyio.Event()  # something was added, or a drain was requested
         self._rolled = anyio.Event()  # the filling batch was taken: room again
-        self._settled = anyio.Event()  # a landing attempt finished (landed or dropped)
+        self._attempted = anyio.Event()  # a landing attempt finished (landed or dropped)
 
     # -- partition workers -------------------------------------------------------------
 
@@ -156,6 +183,7 @@ class Lander:
         batch.pending.setdefault(subscription, []).extend(deliveries)
         batch.partitions[subscription] = partition
         key = log_key(subscription.log_id, partition)
+        batch.logs[subscription] = key
         batch.places.extend((key, d.position, d.envelope.message_id) for d in deliveries)
         for row in rows:
             message_id = row.envelope.message_id
@@ -207,9 +235,9 @@ class Lander:
         return when none of it is buffered any more: the partition may then be released."""
         while self.holds(subscription):
             self._drain_requested = True
-            settled = self._settled
+            attempted = self._attempted
             self._notify()
-            await settled.wait()
+            await attempted.wait()
 
     # -- the landing task --------------------------------------------------------------
 
@@ -262,8 +290,8 @@ class Lander:
                 await self._land(batch, reason)
             finally:
                 self._landing = None
-                self._settled.set()
-                self._settled = anyio.Event()
+                self._attempted.set()
+                self._attempted = anyio.Event()
 
     async def _land(self, batch: _Batch, reason: RollReason) -> None:
         options = self._options
@@ -317,7 +345,6 @@ class Lander:
                 rows=len(rows),
                 already_landed=len(batch.rows) - len(rows),
                 files=len(files),
-                version=self._table.state.version,
                 partitions=len(set(batch.partitions.values())),
                 seconds=round(elapsed, 3),
             ),
@@ -325,26 +352,108 @@ class Lander:
 
     async def _commit(self, batch: _Batch) -> tuple[list[LandedRow], Sequence[LandedFile]] | None:
         """Plan against the table, write, commit: the rows landed and their files, or None
-        when another writer settled some of the batch's positions first (the files are
-        discarded; plan again)."""
-        state = await self._table.refresh()
-        plan = plan_landing(state, batch.places)
+        when another writer's commit came first (the files are discarded; plan again)."""
+        await self._table.refresh()
+        if batch.unconfirmed is not None:
+            attempt, batch.unconfirmed = batch.unconfirmed, None
+            if await self._landed(attempt):
+                return attempt.rows, attempt.files
+            await self._sink.discard(attempt.files)
+        plan = await self._plan(batch)
         rows = [r for r in batch.rows if r.envelope.message_id in plan.keep]
-        if plan.settles_nothing:
+        if not rows:
+            self._settle(plan, None)
             return rows, ()  # everything landed already (a redelivery): only ack
-        files: Sequence[LandedFile] = ()
-        if rows:
-            files = await self._sink.write(rows, still_valid=self._still_owned)
-        floors = {p: f for p, f in self._floors.items() if f > self._table.state.floors.get(p, 0)}
+        files = await self._sink.write(rows, still_valid=self._still_owned)
         if not self._still_owned():
-            # Not needed for exactly-once (the commit rule is), but a handler paused past
-            # its lease commits nothing: a file older than `compact`'s retention may be gone.
+            # Not needed for exactly-once (the table's fence is), but a handler paused past
+            # its lease commits nothing.
             await self._sink.discard(files)
             raise OwnershipLostError("the lease was about to expire before the commit")
-        if await self._table.commit(added=files, positions=plan.positions, floors=floors):
-            return rows, files
-        await self._sink.discard(files)
-        return None
+        attempt = _Attempt(secrets.randbits(62) + 1, plan, rows, files)
+        try:
+            await self._table.commit(files, dict.fromkeys(plan.positions, attempt.token))
+        except CommitConflictError:
+            await self._table.refresh()
+            if await self._landed(attempt):
+                return rows, files
+            log.info(
+                "commit refused: another writer landed some of the batch's partitions "
+                "first; planning again",
+                extra=fields(partitions=len(plan.positions), files=len(files)),
+            )
+            await self._sink.discard(files)
+            self._tokens.clear()  # look at every log again
+            return None
+        except BaseException:
+            batch.unconfirmed = attempt  # resolved by the tokens before the next plan
+            raise
+        self._settle(plan, attempt.token)
+        return rows, files
+
+    async def _plan(self, batch: _Batch) -> LandingPlan:
+        """``plan_landing`` against the table, after rebuilding the view of each log whose
+        token in the table is not the one the view is at."""
+        logs = {key: subscription for subscription, key in batch.logs.items()}
+        stale = {
+            key
+            for key in logs
+            if key not in self._tokens or self._table.token(key) != self._tokens[key]
+        }
+        if stale:
+            floors = {key: await self._floor_of(key, logs[key]) for key in stale}
+            # A log no commit set a token on has no rows in the table.
+            found = dict.fromkeys(stale, frozenset[int]())
+            found.update(
+                await self._table.settled(
+                    {k: f for k, f in floors.items() if self._table.token(k) is not None}
+                )
+            )
+            for key in stale:
+                self._settled[key] = Settled(floors[key], found[key])
+                self._tokens[key] = self._table.token(key)
+            log.info(
+                "partitions' landed positions read from the table",
+                extra=fields(logs=len(stale), positions=sum(len(p) for p in found.values())),
+            )
+        return plan_landing(self._settled, batch.places)
+
+    async def _floor_of(self, key: LogKey, subscription: Subscription) -> int:
+        """How far the broker has acked the log (0, the whole log, when it cannot say)."""
+        try:
+            floor = await subscription.acked_below()
+        except Exception as exc:
+            log.warning(
+                "acked_below not answered: reading the log's positions from its start",
+                extra=fields(log=key, error=repr(exc)),
+            )
+            return 0
+        self._floors[key] = max(floor, self._floors.get(key, 0))
+        return self._floors[key]
+
+    def _settle(self, plan: LandingPlan, token: int | None) -> None:
+        for key, positions in plan.positions.items():
+            self._settled[key] = self._settled.get(key, Settled()).adding(positions)
+            if token is not None:
+                self._tokens[key] = token
+
+    async def _landed(self, attempt: _Attempt) -> bool:
+        """Whether ``attempt``'s commit is in the table's snapshot; when it is, the view
+        takes what it settled."""
+        tokens = {key: self._table.token(key) for key in attempt.plan.positions}
+        landed = commit_landed(attempt.token, tokens) or await self._table.holds(
+            [f.path for f in attempt.files]
+        )
+        if landed:
+            log.info(
+                "an unconfirmed commit landed after all",
+                extra=fields(files=len(attempt.files), rows=len(attempt.rows)),
+            )
+            self._settle(attempt.plan, attempt.token)
+            for key, token in tokens.items():
+                if token != attempt.token:  # another writer committed since: look again
+                    self._tokens.pop(key, None)
+        return landed
 
     async def _ack(self, batch: _Batch) -> None:
         async def ack(subscription: Subscription, deliveries: list[Delivery]) -> None:
@@ -383,6 +492,8 @@ class Lander:
                     continue
                 key = log_key(subscription.log_id, partition)
                 self._floors[key] = max(floor, self._floors.get(key, 0))
+                if key in self._settled:
+                    self._settled[key] = self._settled[key].raised_to(self._floors[key])
 
     def _still_owned(self) -> bool:
         return not self._lease.is_lost(self._options.ownership_margin)

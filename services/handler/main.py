@@ -96,7 +96,7 @@ async def serve(container: HandlerContainer) -> None:
             projects=projects,
             transport=transport,
             sink=zone.sink,
-            landing_log=zone.log,
+            table=zone.table,
             metrics=container.metrics(),
             datacenters=datacenters,
         )

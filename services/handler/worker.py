@@ -56,7 +56,7 @@ from core.ports import (
     AssignmentStore,
     Delivery,
     HoldStore,
-    LandingLog,
+    LandedTable,
     LoadReports,
     Membership,
     MembershipLease,
@@ -71,7 +71,6 @@ from services.common.clusters import Datacenters, RouteView
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import HandlerSettings
-from services.common.table import LandingTable
 from services.handler.landing import Lander, LandingOptions
 from services.handler.metrics import HandlerMetrics
 
@@ -112,7 +111,7 @@ class Handler:
         projects: ProjectRegistry,
         transport: Transport,
         sink: Sink,
-        landing_log: LandingLog,
+        table: LandedTable,
         metrics: HandlerMetrics,
         datacenters: Datacenters | None = None,
     ) -> None:
@@ -130,7 +129,7 @@ class Handler:
         self._registry = projects
         self._transport = transport
         self._sink = sink
-        self._table = LandingTable(landing_log, writer=settings.id)
+        self._table = table
         self._metrics = metrics
         self._owned: dict[Partition, _Ownership] = {}
         self._holds: dict[Partition, Hold] = {}
@@ -605,7 +604,16 @@ class Handler:
             if envelope.kind is MessageKind.ANNOUNCE:
                 announced.append(envelope.project_id)
             else:
-                rows.append(LandedRow(envelope, ownership.generation, self._id, now))
+                rows.append(
+                    LandedRow(
+                        envelope,
+                        ownership.generation,
+                        self._id,
+                        now,
+                        log_id=subscription.log_id,
+                        position=delivery.position,
+                    )
+                )
                 senders.add(envelope.project_id)
         if announced:
             await self._register(partition, announced)

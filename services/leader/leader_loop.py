@@ -1,7 +1,7 @@
 """The active leader's loop: watch members (debounced), reconcile on change and every
 ``reconcile_interval``, publish the strategy's assignment guarded by the term, run the
-autoscaling loop, and step down the moment leadership is lost. Standby replicas just
-campaign."""
+autoscaling loop and the landing table's upkeep, and step down the moment leadership is
+lost. Standby replicas just campaign."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from core.retry import retry_delay
 from services.common.logs import fields
 from services.common.observed import Observed
 from services.common.settings import LeaderSettings
+from services.common.upkeep import TableKeeper
 from services.leader.scaling import ScalingLoop
 
 log = logging.getLogger("shoal.leader")
@@ -55,7 +56,9 @@ class LeaderLoop:
         scaling: ScalingLoop | None = None,
         weights: Callable[[], Mapping[Partition, float]] | None = None,
         registry: CollectorRegistry | None = None,
+        upkeep: TableKeeper | None = None,
     ) -> None:
+        """``upkeep``: the landing table's, run while this replica leads."""
         self._settings = settings
         self._partitions = partitions
         self._strategy = strategy
@@ -65,6 +68,7 @@ class LeaderLoop:
         self._options = options or AssignmentOptions()
         self._weights = weights
         self.scaling = scaling
+        self.upkeep = upkeep
         self.leadership: Leadership | None = None
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)
         self._listeners: list[Callable[[], None]] = []
@@ -166,6 +170,9 @@ class LeaderLoop:
             if self.scaling is not None and self.scaling.enabled:
                 # Inside the leadership's task group: cancelled the moment it is lost.
                 tg.start_soon(self.scaling.run, leadership)
+            if self.upkeep is not None:
+                # Likewise; a failed round is the keeper's to retry, never a reason to step down.
+                tg.start_soon(self.upkeep.run)
 
     async def _reconcile_loop(
         self, leadership: Leadership, members: Observed[frozenset[MemberId]]

@@ -4,6 +4,10 @@ The scaler is picked by ``SHOAL_SCALING_SCALER`` (a Selector): ``none``, ``local
 (``LocalProcessScaler``, ``SHOAL_LOCAL_*``) or ``kubernetes`` (``KubernetesScaler``,
 ``SHOAL_K8S_*``). It is entered only when autoscaling is on, so a leader without it
 never touches a cluster or starts a process.
+
+With ``SHOAL_LEADER_DATA_DIR`` set (the handlers' landing zone), the active leader keeps
+the landing table up (``services.common.upkeep``, tuned by ``SHOAL_TABLE_*``): not in
+broadcast mode, where every handler lands a table of its own.
 """
 
 from __future__ import annotations
@@ -16,22 +20,26 @@ import anyio
 from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry
 
+from adapters.delta import TableSettings
 from adapters.kubernetes import KubernetesScaler, KubernetesSettings
 from adapters.local import LocalProcessScaler, LocalScalerSettings
 from adapters.spark import read_weights_file
 from core.assignment import strategy_named
-from core.modes import autoscaling_problem
+from core.modes import ConsumptionMode, autoscaling_problem
 from core.ports import Scaler
 from services.common.backends import Backends
 from services.common.clusters import ClusterBacklogs, enter_datacenters
 from services.common.http import embedded_server, serve_in_thread
+from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
+from services.common.metrics import TableMetrics
 from services.common.settings import LeaderSettings, ShoalSettings, load_settings
+from services.common.upkeep import TableKeeper
 from services.leader.backlog import BacklogAlerter, BacklogReader
 from services.leader.leader_loop import LeaderLoop
 from services.leader.scaling import ScalingLoop
-from services.leader.settings import AutoscalingSettings
+from services.leader.settings import AutoscalingSettings, TableUpkeepSettings
 from services.leader.status import LiveStatus, StatusReader, create_status_app
 
 log = logging.getLogger("shoal.leader")
@@ -41,6 +49,8 @@ class LeaderContainer(containers.DeclarativeContainer):
     shoal = providers.Singleton(ShoalSettings)
     leader = providers.Singleton(LeaderSettings)
     scaling = providers.Singleton(AutoscalingSettings)
+    upkeep = providers.Singleton(TableUpkeepSettings)
+    table = providers.Singleton(TableSettings)
     local_scaler_settings = providers.Singleton(LocalScalerSettings)
     kubernetes_settings = providers.Singleton(KubernetesSettings)
     config = providers.Configuration(strict=True)
@@ -78,6 +88,7 @@ async def serve(container: LeaderContainer) -> None:
             # Left first (the stack unwinds in reverse), after the signal watcher: local
             # children drain within the scaler's own bound (SHOAL_LOCAL_STOP_TIMEOUT).
             scaler = await stack.enter_async_context(container.scaler())
+        keeper = await _table_keeper(container, stack, shoal.consumption_mode)
         scaling = ScalingLoop(
             settings=scaling_settings,
             partitions=shoal.partitions,
@@ -99,6 +110,7 @@ async def serve(container: LeaderContainer) -> None:
             if settings.weights_file is None
             else functools.partial(read_weights_file, settings.weights_file, shoal.partitions),
             registry=container.registry(),
+            upkeep=keeper,
         )
         backlog = BacklogReader(lags, shoal.partitions, registry=container.registry())
         alerter = BacklogAlerter(
@@ -153,6 +165,27 @@ async def serve(container: LeaderContainer) -> None:
     log.info("leader stopped", extra=fields(id=settings.id))
 
 
+async def _table_keeper(
+    container: LeaderContainer, stack: AsyncExitStack, mode: ConsumptionMode
+) -> TableKeeper | None:
+    """The keeper of the landing table, its zone entered on ``stack``; None when this
+    leader keeps no table up (and the log says why)."""
+    location = container.upkeep().data_dir
+    if location is None:
+        log.info("table upkeep off: SHOAL_LEADER_DATA_DIR names no landing zone")
+        return None
+    if mode is ConsumptionMode.BROADCAST:
+        # The zone holds one table per handler, in folders of its own: not one table.
+        log.warning(
+            "table upkeep off: in broadcast mode every handler lands a table of its own",
+            extra=fields(data_dir=location),
+        )
+        return None
+    settings: TableSettings = container.table()
+    zone = await stack.enter_async_context(open_landing_zone(location, table=settings))
+    return TableKeeper.of(zone, settings, metrics=TableMetrics(container.registry()))
+
+
 def configure_scaling(container: LeaderContainer) -> None:
     """Read ``SHOAL_SCALING_*`` and the selected scaler's settings; exit 2 on a bad value."""
     scaling = load_settings(AutoscalingSettings)
@@ -163,9 +196,16 @@ def configure_scaling(container: LeaderContainer) -> None:
         container.kubernetes_settings.override(load_settings(KubernetesSettings))
 
 
+def configure_upkeep(container: LeaderContainer) -> None:
+    """Read ``SHOAL_LEADER_DATA_DIR`` and ``SHOAL_TABLE_*``; exit 2 on a bad value."""
+    container.upkeep.override(load_settings(TableUpkeepSettings))
+    container.table.override(load_settings(TableSettings))
+
+
 def main() -> None:
     container = LeaderContainer()
     configure_scaling(container)
+    configure_upkeep(container)
     boot(container, container.leader, LeaderSettings, serve)
 
 

@@ -1,7 +1,9 @@
-"""The leader's autoscaling settings: environment variables with the prefix ``SHOAL_SCALING_``.
+"""The leader's own settings beside ``LeaderSettings``: autoscaling (``SHOAL_SCALING_``)
+and the landing zone whose table the active leader keeps up (``SHOAL_LEADER_DATA_DIR``).
 
-The policy's thresholds are ``core.scaling.ScalingSettings``; this class reads them (and
-what the loop itself needs) from the environment and checks them at start-up.
+The policy's thresholds are ``core.scaling.ScalingSettings``; ``AutoscalingSettings``
+reads them (and what the loop itself needs) from the environment and checks them at
+start-up.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from typing import Literal, Self
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from adapters.s3 import S3Location
 from core.errors import InvalidScalingSettings
 from core.scaling import ScalingSettings
 
-__all__ = ["SCALER_KINDS", "AutoscalingSettings", "ScalerKind"]
+__all__ = ["SCALER_KINDS", "AutoscalingSettings", "ScalerKind", "TableUpkeepSettings"]
 
 ScalerKind = Literal["none", "local", "kubernetes"]
 SCALER_KINDS: tuple[ScalerKind, ...] = ("none", "local", "kubernetes")
@@ -95,3 +98,29 @@ class AutoscalingSettings(BaseSettings):
             lag_per_handler=self.lag_per_handler,
             partitions=partitions,
         )
+
+
+class TableUpkeepSettings(BaseSettings):
+    """``SHOAL_LEADER_DATA_DIR``: the landing zone whose table the active leader keeps up
+    (compaction, checkpoints, vacuum: ``services.common.upkeep``, tuned by
+    ``SHOAL_TABLE_*``), the handlers' ``SHOAL_HANDLER_DATA_DIR``: a directory, or
+    ``s3://bucket/prefix`` (``SHOAL_S3_*`` / ``AWS_*``). Unset or empty: no upkeep. The
+    leader never creates the table: it keeps it up once a handler did."""
+
+    model_config = SettingsConfigDict(env_prefix="SHOAL_LEADER_", extra="ignore")
+
+    data_dir: str | None = None
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _a_bucket_for_s3(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("s3://"):
+            S3Location.parse(value)
+        return value

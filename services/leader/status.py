@@ -4,9 +4,11 @@
 and ``partitions`` (each with ``partition``, ``owner``, ``generation``, ``lag``,
 ``oldest_unacked_age_s``, ``holder``), ``group`` (the consumer group's backlog totals,
 see ``StatusReader.group``), ``top_projects`` (the projects with the most messages landed
-recently, over every handler's report) and ``scaling`` (see ``StatusReader.scaling``);
-also ``backends`` (``coordination`` and ``transport``: what the leader runs on), shown by
-the dashboard and ``shoal status``; and ``age_s``, how old the document is.
+recently, over every handler's report), ``scaling`` (see ``StatusReader.scaling``) and
+``table`` (the landing table's size and upkeep: ``TableKeeper.status``, or
+``{"enabled": false, "active": false}`` from a leader that keeps no table up); also
+``backends`` (``coordination`` and ``transport``: what the leader runs on), shown by the
+dashboard and ``shoal status``; and ``age_s``, how old the document is.
 
 A request never reads the coordination store or the broker: ``LiveStatus`` keeps the
 document up to date in the background (every ``interval``, and at once when this replica
@@ -39,6 +41,7 @@ from core.scaling import member_loads
 from services.common.clusters import Backlogs
 from services.common.logs import fields
 from services.common.metrics import metrics_response
+from services.common.upkeep import no_table_status
 from services.leader.backlog import Backlog, BacklogReader, rounded_age
 from services.leader.dashboard import mount_dashboard
 from services.leader.leader_loop import LeaderLoop
@@ -110,9 +113,9 @@ class StatusReader:
 
     async def with_active_history(self, document: dict[str, Any]) -> dict[str, Any]:
         """``document`` as a replica serves it. A standby replica keeps no rebalance or
-        scaling history of its own (the active leader makes them): it copies those
-        sections from whichever of its ``peers`` is active, so every replica's dashboard
-        tells the whole story."""
+        scaling history, nor the table's upkeep, of its own (the active leader does them):
+        it copies those sections from whichever of its ``peers`` is active, so every
+        replica's dashboard tells the whole story."""
         if document["served_by"]["active"] or not self._peers:
             return document
         active = await self._active_peer_document()
@@ -122,6 +125,7 @@ class StatusReader:
             **document,
             "rebalances": active["rebalances"],
             "scaling": active["scaling"],
+            "table": active.get("table", document["table"]),  # a peer from before it had one
             "history_from": active["served_by"]["id"],
         }
 
@@ -183,6 +187,7 @@ class StatusReader:
             "top_projects": [{"project": p, "messages": n} for p, n in ranking],
             "rebalances": [asdict(r) for r in reversed(self._leader_loop.rebalances)],
             "scaling": await self.scaling(),
+            "table": self.table(),
         }
 
     def group(self, backlog: Backlog) -> dict[str, Any]:
@@ -202,6 +207,12 @@ class StatusReader:
             "alert_age_s": self._alert_age,
             "alerting": sorted(alerting),
         }
+
+    def table(self) -> dict[str, Any]:
+        """The landing table: size, log and upkeep (``TableKeeper.status``) as the leader
+        loop's keeper last saw it; ``active`` tells whether this replica keeps it up now."""
+        keeper = self._leader_loop.upkeep
+        return no_table_status() if keeper is None else keeper.status()
 
     async def scaling(self) -> dict[str, Any]:
         """Autoscaling: scaler, current replicas, bounds, and the last decisions (newest

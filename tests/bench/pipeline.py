@@ -56,7 +56,7 @@ from infra.local.kafka import start_kafka
 from infra.local.servers import RunningMinio, start_etcd, start_minio, start_nats
 from services.cli.devices import LoadGenerator, LoadPlan
 from services.common.settings import HandlerSettings
-from services.common.table import committed_state
+from services.common.table import landed_table
 from tests.e2e._cluster import Cluster, member_ids, partitions_of, settled
 
 PARTITIONS = 128
@@ -146,8 +146,8 @@ COLUMNS = ["message_id", "received_at"]
 
 @dataclass
 class Zone:
-    """The landed files, read once each (files are never rewritten once visible). On S3,
-    a file's time is its LastModified (whole seconds)."""
+    """The landed files, read once each (files are never rewritten once visible). A file's
+    time is when the commit that added it was made (the Delta log's modification time)."""
 
     data_dir: Path | str
     s3: S3Settings | None = None
@@ -167,11 +167,11 @@ class Zone:
     async def refresh(self) -> int:
         """Read the files committed since; the count of distinct messages landed. (Only
         files the landed table names are data: ``services.common.table``.)"""
-        state = await committed_state(self.data_dir, self.s3)
-        for name in state.files:
+        committed = await anyio.to_thread.run_sync(self._committed)
+        for name, mtime in committed.items():
             key = PurePosixPath(name) if self.s3 else Path(self.data_dir) / name
             if key not in self.files:
-                table, mtime = await anyio.to_thread.run_sync(self._read, name)
+                table = await anyio.to_thread.run_sync(self._read, name)
                 self.files[key] = (table.num_rows, mtime)
                 self.rows += table.num_rows
                 self.ids.update(table.column("message_id").to_pylist())
@@ -179,14 +179,23 @@ class Zone:
                 self.delays[key] = [mtime - us / 1e6 for us in micros]
         return len(self.ids)
 
-    def _read(self, name: str) -> tuple[pa.Table, float]:
+    def _committed(self) -> dict[str, float]:
+        """Each file of the table's newest version, with its commit time."""
+        table = landed_table(self.data_dir, self.s3)
+        if table is None:
+            return {}
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+        return {
+            path: at / 1000
+            for path, at in zip(actions["path"], actions["modification_time"], strict=True)
+        }
+
+    def _read(self, name: str) -> pa.Table:
         if self.s3 is None:
-            path = Path(self.data_dir) / name
-            return pq.read_table(path, columns=COLUMNS), path.stat().st_mtime
+            return pq.read_table(Path(self.data_dir) / name, columns=COLUMNS)
         where = S3Location.parse(str(self.data_dir))
         answer = s3_client(self.s3).get_object(Bucket=where.bucket, Key=where.key(name))
-        body = pa.BufferReader(answer["Body"].read())
-        return pq.read_table(body, columns=COLUMNS), answer["LastModified"].timestamp()
+        return pq.read_table(pa.BufferReader(answer["Body"].read()), columns=COLUMNS)
 
     @property
     def duplicates(self) -> int:

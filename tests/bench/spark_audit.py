@@ -1,12 +1,12 @@
 """How long Spark takes over 1,000,000 landed rows: start, audit, report, weights.
 
-    .venv/bin/python -m tests.bench.spark_audit [--rows 1000000] [--files-per-partition 8]
+    .venv/bin/python -m tests.bench.spark_audit [--rows 1000000] [--files 50]
 
-Generates a landing directory with pyarrow (the sink's schema and layout: one file per
-partition per time slice, named by one commit of the table's log), with planted gaps and
-duplicates, then times each job over the committed files on one SparkSession
-(``local[*]`` unless SHOAL_SPARK_MASTER says otherwise). Prints the figures; asserts only
-that the audit found exactly what was planted. Not a unit test.
+Generates a landing zone as handlers land it (the zone's sink writes ``--files`` files,
+one Delta commit adds them all), with planted gaps and duplicates, then times each job over
+the Delta table on one SparkSession (``local[*]`` unless SHOAL_SPARK_MASTER says
+otherwise). Prints the figures; asserts only that the audit found exactly what was planted.
+Not a unit test.
 """
 
 from __future__ import annotations
@@ -16,88 +16,81 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import anyio
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from adapters.parquet import LANDED_SCHEMA, LocalLandingLog
 from adapters.spark import SparkAnalytics
+from core.messages import Envelope, LandedRow, MessageKind
 from core.partitioning import partition_for
-from core.table import LandedFile
-from services.common.table import LandingTable, read_table
+from core.table import LandedFile, log_key
+from services.common.landing_zone import open_landing_zone
+from services.common.table import landed_summary
 
-BASE_US = 1_763_726_400_000_000  # 2025-11-21T12:00:00Z
+BASE = 1_763_726_400.0  # 2025-11-21T12:00:00Z
 PARTITIONS = 128
 SERIES_LENGTH = 1000
+LOG_ID = "bench-stream"
 
 
 def generate(data_dir: Path, rows: int, files: int) -> tuple[int, int, int]:
-    """Write ``rows`` data rows (+ one announcement per series); returns (lost, dup, files)."""
+    """Land ``rows`` data rows (+ one announcement per series); returns (lost, dup, files)."""
     series = max(1, rows // SERIES_LENGTH)
     gateways = ("gw-1", "gw-2")
-    columns: dict[str, list[object]] = {f.name: [] for f in LANDED_SCHEMA}
+    landed: list[LandedRow] = []
+    positions = [0] * PARTITIONS
     lost = duplicated = 0
 
-    def add(project: str, gateway: str, sequence: int, at_us: int, copy: int) -> None:
+    def add(project: str, gateway: str, sequence: int, at: float, copy: int) -> None:
         partition = partition_for(project, PARTITIONS)
-        columns["message_id"].append(f"{gateway}.{project}.{sequence}")
-        columns["project_id"].append(project)
-        columns["partition"].append(partition)
-        columns["generation"].append(1 if at_us < BASE_US + 500_000_000 else 2)
-        columns["handler_id"].append(f"h{partition % 4 + 1}")
-        columns["gateway_id"].append(gateway)
-        columns["sequence"].append(sequence)
-        columns["received_at"].append(at_us)
-        columns["handled_at"].append(at_us + 1000 + (sequence * 7919) % 200_000 + copy * 5_000_000)
-        columns["kind"].append("announce" if sequence == 0 else "data")
-        columns["payload"].append(b'{"t":21.5,"h":40}')
+        positions[partition] += 1
+        envelope = Envelope(
+            message_id=f"{gateway}.{project}.{sequence}",
+            project_id=project,
+            partition=partition,
+            gateway_id=gateway,
+            sequence=sequence,
+            received_at=at,
+            payload=b'{"t":21.5,"h":40}',
+            kind=MessageKind.ANNOUNCE if sequence == 0 else MessageKind.DATA,
+        )
+        handled = at + 0.001 + (sequence * 7919) % 200_000 / 1e6 + copy * 5.0
+        landed.append(
+            LandedRow(
+                envelope,
+                1 if at < BASE + 500 else 2,
+                f"h{partition % 4 + 1}",
+                handled,
+                log_id=LOG_ID,
+                position=positions[partition],
+            )
+        )
 
     for s in range(series):
         gateway, project = gateways[s % 2], f"dev-{s // 2}"
-        add(project, gateway, 0, BASE_US, 0)
+        add(project, gateway, 0, BASE, 0)
         for sequence in range(1, SERIES_LENGTH + 1):
-            at_us = BASE_US + sequence * 1_000_000 + s * 100
+            at = BASE + sequence + s * 0.0001
             if s % 97 == 5 and sequence in {10, 11, 500}:  # planted gaps
                 lost += 1
                 continue
-            add(project, gateway, sequence, at_us, 0)
+            add(project, gateway, sequence, at, 0)
             if s % 89 == 3 and sequence % 250 == 0:  # planted redeliveries
-                add(project, gateway, sequence, at_us, 1)
+                add(project, gateway, sequence, at, 1)
                 duplicated += 1
-    table = pa.Table.from_pydict(
-        {
-            **{k: v for k, v in columns.items() if k not in {"received_at", "handled_at"}},
-            "received_at": pa.array(columns["received_at"], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
-            "handled_at": pa.array(columns["handled_at"], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
-        },
-        schema=LANDED_SCHEMA,
-    )
-    # The handlers' layout: one folder per day, each file holding many partitions.
-    folder = data_dir / "date=2025-11-21"
-    folder.mkdir(parents=True, exist_ok=True)
-    chunk = -(-table.num_rows // files)
-    written = []
-    for start in range(0, table.num_rows, chunk):
-        part = table.slice(start, chunk)
-        path = folder / f"h1-{uuid.uuid4().hex}.parquet"
-        pq.write_table(part, path, compression="zstd")
-        written.append(LandedFile(path.relative_to(data_dir).as_posix(), part.num_rows))
 
-    async def commit() -> None:
-        async with LocalLandingLog(data_dir) as landing_log:
-            landing = LandingTable(landing_log, "bench")
-            await landing.refresh()
-            assert await landing.commit(added=written)
+    async def land() -> int:
+        chunk = -(-len(landed) // files)
+        written: list[LandedFile] = []
+        async with open_landing_zone(data_dir) as zone:
+            await zone.table.refresh()
+            for start in range(0, len(landed), chunk):
+                written.extend(await zone.sink.write(landed[start : start + chunk]))
+            logs = {log_key(LOG_ID, p) for p, n in enumerate(positions) if n}
+            await zone.table.commit(written, dict.fromkeys(logs, 1))
+        return len(written)
 
-    anyio.run(commit)
-    return lost, duplicated, files
+    return lost, duplicated, anyio.run(land)
 
 
 def main() -> None:
@@ -111,23 +104,23 @@ def main() -> None:
     try:
         started = time.perf_counter()
         lost, duplicated, files = generate(data_dir, args.rows, args.files)
-        landed = [data_dir / path for path in sorted(read_table(data_dir).files)]
+        assert len(landed_summary(data_dir).files) == files
         generated = time.perf_counter() - started
-        timings: list[tuple[str, float]] = [("generate (pyarrow)", generated)]
+        timings: list[tuple[str, float]] = [("generate (sink, commit)", generated)]
 
         started = time.perf_counter()
         with SparkAnalytics() as analytics:
             timings.append(("start Spark session", time.perf_counter() - started))
             for label in ("audit, cold", "audit, warm"):
                 started = time.perf_counter()
-                result = analytics.audit(data_dir, landed, drained=True)
+                result = analytics.audit(data_dir, drained=True)
                 timings.append((label, time.perf_counter() - started))
                 assert (result.lost, result.duplicated) == (lost, duplicated), result
             started = time.perf_counter()
-            report = analytics.report(data_dir, landed, partitions=PARTITIONS)
+            report = analytics.report(data_dir, partitions=PARTITIONS)
             timings.append(("report", time.perf_counter() - started))
             started = time.perf_counter()
-            analytics.weights(data_dir, landed, partitions=PARTITIONS)
+            analytics.weights(data_dir, partitions=PARTITIONS)
             timings.append(("weights", time.perf_counter() - started))
             master = analytics.spark.sparkContext.master
             cores = analytics.spark.sparkContext.defaultParallelism

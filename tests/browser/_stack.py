@@ -17,6 +17,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from adapters.delta import DeltaLandedTable
 from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,
@@ -27,7 +28,7 @@ from adapters.memory import (
     InMemoryProjectRegistry,
     InMemoryTransport,
 )
-from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
+from adapters.parquet import ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
 from core.model import Assignment
@@ -156,7 +157,7 @@ class Stack:
                 projects=projects,
                 transport=self.transport,
                 sink=ParquetSink(ParquetSettings(data_dir=self.data_dir)),
-                landing_log=LocalLandingLog(self.data_dir),
+                table=DeltaLandedTable(str(self.data_dir)),
                 metrics=HandlerMetrics(CollectorRegistry()),
             )
             task_status.started()

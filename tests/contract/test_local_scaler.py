@@ -55,7 +55,14 @@ STUB = textwrap.dedent(
     """
 )
 # A child that ignores SIGTERM: only SIGKILL ends it.
-STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n"
+STUBBORN = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('ignoring SIGTERM', flush=True)\ntime.sleep(600)\n"
+)
+
+
+def ignoring_sigterm(path: Path) -> Callable[[], bool]:
+    return lambda: log_says(path, "ignoring SIGTERM")
 
 
 def settings(tmp_path: Path, program: str = STUB, stop_timeout: float = 5.0) -> LocalScalerSettings:
@@ -162,7 +169,7 @@ class TestLocalProcessScaler(ScalerContract):
         ) as scaler:
             await scaler.scale_to(1)
             (child,) = scaler.children()
-            await anyio.sleep(0.3)  # let it install its SIG_IGN before the SIGTERM
+            await until(ignoring_sigterm(child.log_path), LIMIT, "SIGTERM ignored")
             started = anyio.current_time()
             await scaler.scale_to(0)
             with anyio.fail_after(LIMIT):
@@ -188,7 +195,8 @@ class TestLocalProcessScaler(ScalerContract):
         ) as scaler:
             await scaler.scale_to(2)
             pids = [c.pid for c in scaler.children()]
-            await anyio.sleep(0.3)
+            for child in scaler.children():
+                await until(ignoring_sigterm(child.log_path), LIMIT, "SIGTERM ignored")
         assert all(gone(pid) for pid in pids)
         assert [status for _, status in scaler.finished] == [-signal.SIGKILL] * 2
 

@@ -1,7 +1,9 @@
-"""``ParquetSink``: exact rows back, folder layout, and no partial file ever visible."""
+"""``ParquetSink``: exact rows back, the folder layout, what a failed, cancelled or killed
+write leaves, and that readers of the table never see a file no commit added."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +24,7 @@ import pytest
 from adapters.parquet import LANDED_SCHEMA, ParquetSettings, ParquetSink
 from core.errors import OwnershipLostError
 from core.messages import Envelope, LandedRow, MessageKind
+from services.common.table import landed_summary, read_landed
 
 DAY1 = datetime(2026, 11, 21, 23, 59, 59, 999_999, tzinfo=UTC).timestamp()
 DAY2 = datetime(2026, 11, 22, 0, 0, 0, 1, tzinfo=UTC).timestamp()
@@ -35,11 +38,16 @@ def row(n: int, partition: int = 3, received_at: float = DAY1, **kw: Any) -> Lan
         gateway_id="gw-1",
         sequence=2**40 + n,
         received_at=received_at,
-        payload=bytes([n % 256]) * n,
+        payload=json.dumps({"n": n, "text": "é" * (n % 5)}).encode(),
         kind=MessageKind.ANNOUNCE if n == 0 else MessageKind.DATA,
     )
     return LandedRow(
-        envelope, generation=kw.get("generation", 7), handler_id="h/1", handled_at=DAY2
+        envelope,
+        generation=kw.get("generation", 7),
+        handler_id="h/1",
+        handled_at=DAY2,
+        log_id="stream-1",
+        position=1000 + n,
     )
 
 
@@ -56,7 +64,9 @@ def as_dicts(rows: list[LandedRow]) -> list[dict[str, Any]]:
             "received_at": datetime.fromtimestamp(r.envelope.received_at, UTC),
             "handled_at": datetime.fromtimestamp(r.handled_at, UTC),
             "kind": r.envelope.kind.value,
-            "payload": r.envelope.payload,
+            "payload": r.envelope.payload.decode(),
+            "log_id": r.log_id,
+            "position": r.position,
         }
         for r in rows
     ]
@@ -115,101 +125,104 @@ async def test_one_file_per_date_and_write_holding_every_partition_sorted(tmp_pa
 
 
 @pytest.mark.anyio
-async def test_nothing_becomes_visible_when_ownership_is_lost_before_the_rename(
-    tmp_path: Path,
-) -> None:
+async def test_nothing_is_stored_when_ownership_is_lost_after_encoding(tmp_path: Path) -> None:
     sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
     asked: list[bool] = []
 
     def lost() -> bool:
-        # By now the data is written and synced under its hidden name.
-        asked.append(any(p.name.endswith(".tmp") for p in tmp_path.rglob(".*")))
+        asked.append(True)
         return False
 
-    with pytest.raises(OwnershipLostError, match="2 rows not made visible"):
+    with pytest.raises(OwnershipLostError, match="2 rows not written"):
         await sink.write([row(1), row(2)], still_valid=lost)
     assert asked == [True]
-    assert tree(tmp_path, "*.*") == []  # neither a file nor a hidden one
+    assert tree(tmp_path, "*.*") == []
 
 
 @pytest.mark.anyio
-async def test_a_cancelled_write_makes_nothing_visible_even_after_its_thread_finishes(
+async def test_a_cancelled_write_stores_nothing_even_after_its_thread_finishes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
-    entered, release = threading.Event(), threading.Event()
+    entered, release, finished = threading.Event(), threading.Event(), threading.Event()
     real = pq.write_table
 
     def stalled(table: pa.Table, where: Any, **kw: Any) -> None:
         entered.set()
-        release.wait(10)  # a stalled volume
-        real(table, where, **kw)
+        release.wait(10)  # a stalled encoder (a paused process)
+        try:
+            real(table, where, **kw)
+        finally:
+            finished.set()
 
     monkeypatch.setattr(pq, "write_table", stalled)
     with anyio.move_on_after(0.2) as scope:
         await sink.write([row(1)])
     assert scope.cancelled_caught and entered.is_set()
     release.set()
-    with anyio.fail_after(10):
-        # The abandoned thread removes its temp file; files are the outcome, no event exists.
-        while tree(tmp_path, ".*.tmp"):  # noqa: ASYNC110
-            await anyio.sleep(0.01)
+    assert await anyio.to_thread.run_sync(finished.wait, 10)
+    # The abandoned thread sees the cancellation at the ownership check, which follows the
+    # encoding in the same thread: nothing may be stored after it.
+    await anyio.to_thread.run_sync(lambda: None)
     assert tree(tmp_path, "*.parquet") == []
 
 
 @pytest.mark.anyio
-async def test_no_partial_file_is_visible_when_a_write_fails_halfway(
+async def test_a_write_the_disk_fails_halfway_leaves_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
-    await sink.write([row(1)])
-    seen: list[str] = []
+    kept = await sink.write([row(1)])
+    real_fsync = os.fsync
 
-    def half_then_fail(table: pa.Table, where: Any, **kw: Any) -> None:
-        where.write(b"PAR1 half a file")
-        where.flush()
-        seen.append(Path(where.name).name)
-        assert read_back(tmp_path) == as_dicts([row(1)])  # readers skip the temp file
+    def full_disk(fd: int) -> None:
+        if Path(f"/proc/self/fd/{fd}").is_dir():
+            real_fsync(fd)
+            return
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pq, "write_table", half_then_fail)
+    monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space"):
-        await sink.write([row(2)])
-    assert seen and seen[0].startswith(".") and not seen[0].endswith(".parquet")
-    assert tree(tmp_path, "*.*") == tree(tmp_path, "*.parquet")  # the temp file is gone
-    assert len(tree(tmp_path, "*.parquet")) == 1
+        await sink.write([row(2), row(3, received_at=DAY2)])
+    assert [p.as_posix() for p in tree(tmp_path, "*.parquet")] == [f.path for f in kept]
 
 
-def test_every_visible_file_is_whole_when_the_writer_is_killed(tmp_path: Path) -> None:
+def test_a_killed_writer_leaves_the_table_whole(tmp_path: Path) -> None:
+    # The handler's own path, in a process SIGKILLed at a random point: files it stored but
+    # did not commit (whole or cut short) are on disk, and the table has exactly the rows
+    # of its commits.
     script = textwrap.dedent(
         f"""
         import anyio, sys
         sys.path.insert(0, {str(Path.cwd())!r})
         from tests.contract.test_parquet_sink import row
-        from adapters.parquet import ParquetSettings, ParquetSink
+        from services.common.landing_zone import open_landing_zone
+        from core.table import log_key
         async def main():
-            sink = ParquetSink(ParquetSettings(data_dir={str(tmp_path)!r}))
-            n = 0
-            while True:
-                await sink.write([row(i) for i in range(n, n + 2000)])
-                n += 2000
+            async with open_landing_zone({str(tmp_path)!r}) as zone:
+                n = 0
+                while True:
+                    files = await zone.sink.write([row(i) for i in range(n, n + 2000)])
+                    await zone.table.refresh()
+                    await zone.table.commit(files, {{log_key("stream-1", 3): n + 1}})
+                    n += 2000
         anyio.run(main)
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        deadline = time.monotonic() + 30
-        while len(tree(tmp_path, "*.parquet")) < 3:  # poll the disk until files appear
-            assert time.monotonic() < deadline and proc.poll() is None, "writer made no files"
+        deadline = time.monotonic() + 60
+        while len(tree(tmp_path, "_delta_log/*.json")) < 4:  # poll the disk for commits
+            assert time.monotonic() < deadline and proc.poll() is None, "writer committed nothing"
             time.sleep(0.05)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    files = tree(tmp_path, "*.parquet")
-    for f in files:
-        assert pq.read_table(tmp_path / f).num_rows == 2000
-    dataset = ds.dataset(tmp_path, format="parquet", partitioning="hive")
-    assert dataset.count_rows() == 2000 * len(files)
+    summary = landed_summary(tmp_path)
+    assert summary.rows == 2000 * len(summary.files) > 0
+    table = read_landed(tmp_path, columns=["message_id"])
+    assert table.num_rows == summary.rows
+    assert len(set(table.column("message_id").to_pylist())) == summary.rows
 
 
 @pytest.mark.anyio

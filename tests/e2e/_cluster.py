@@ -326,6 +326,7 @@ class Cluster:
                 "SHOAL_LEADER_HOST": HOST,
                 "SHOAL_LEADER_PORT": str(port),
                 "SHOAL_LEADER_LEASE_TTL": str(LEASE_TTL),
+                "SHOAL_LEADER_DATA_DIR": str(self.zone),
             },
         )
         if ready:

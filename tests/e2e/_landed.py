@@ -1,22 +1,23 @@
-"""Read the Parquet landing zone: ``{data_dir}/date=YYYY-MM-DD/{handler}-{uuid}.parquet``.
+"""Read the landing zone's Delta table: ``{data_dir}/date=YYYY-MM-DD/*.parquet`` plus
+``_delta_log``.
 
-The zone is a table: its rows are those of the files its log (``_shoal/log``) names, and
+The zone is a table: its rows are those of the files its newest version holds, and
 nothing else in the folder (a file a handler wrote but did not commit, because it crashed
 or found its rows landed by another, is not data). Both readers here list the files from
-the log (``services.common.table``), never from the folder.
+the table (``services.common.table``), never from the folder.
 
 Columns (written by the ParquetSink): message_id, project_id, partition, generation,
-handler_id, gateway_id, sequence, received_at, handled_at, kind, payload. In
-``LandingZone`` tables, ``received_at`` and ``handled_at`` are float seconds since the
-epoch (comparable with ``time.time()``), and two columns are added: ``landed_at``, the
-modification time of the row's file (when the write reached the disk, as opposed to
-``handled_at``, stamped by the handler before it wrote), and ``seen_at``, when this reader
-first found the file in the table (named by a commit: under its final name, visible to
-readers). A writer's clocks say what it meant; ``seen_at`` is an outside observer's: a
-paused writer's late write is caught by it, whatever the file's own times say.
+handler_id, gateway_id, sequence, received_at, handled_at, kind, payload, log_id,
+position. In ``LandingZone`` tables, ``received_at`` and ``handled_at`` are float seconds
+since the epoch (comparable with ``time.time()``), and two columns are added:
+``landed_at``, the file's modification time as its commit records it (when the commit
+that added it was made, as opposed to ``handled_at``, stamped by the handler when it
+fetched the message), and ``seen_at``, when this reader first found the file in the
+table. A writer's clocks say what it meant; ``seen_at`` is an outside observer's: a
+paused writer's late commit is caught by it, whatever the file's own times say.
 
-``LandingZone.refresh()`` reads only the commits made since its last call and the files
-they add (and forgets files they remove), so tests can watch the zone grow while load runs.
+``LandingZone.refresh()`` reads only the files added since its last call (and forgets
+files compaction removed), so tests can watch the zone grow while load runs.
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from adapters.s3 import S3Location, S3Settings, s3_client
-from services.common.landing_zone import is_object_store, landing_log_at
-from services.common.table import LandingTable, read_table
+from services.common.landing_zone import is_object_store
+from services.common.table import landed_table
+from services.common.table import read_landed as read_table_rows
 
 __all__ = [
     "COLUMNS",
@@ -57,8 +57,13 @@ COLUMNS = (
     "handled_at",
     "kind",
     "payload",
+    "log_id",
+    "position",
 )
 
+
+# What tells one landed row from another, whichever file holds it.
+_ROW_IDENTITY = ("message_id", "handler_id", "generation", "handled_at")
 
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
@@ -70,28 +75,27 @@ def _seconds(column: Any) -> Any:
     return pc.divide(pc.cast(column, pa.int64()), float(_PER_SECOND[column.type.unit]))
 
 
-def _normalized(table: Any, mtime_ns: int, seen_at: float) -> Any:
+def _normalized(table: Any, landed_at: float, seen_at: float) -> Any:
     """Timestamps as float seconds (comparable with ``time.time()``), plus ``landed_at`` and
     ``seen_at``."""
     for name in ("received_at", "handled_at"):
         if name in table.column_names:
             index = table.column_names.index(name)
             table = table.set_column(index, name, _seconds(table.column(name)))
-    landed_at = pa.array([mtime_ns / 1e9] * table.num_rows, type=pa.float64())
-    table = table.append_column("landed_at", landed_at)
+    table = table.append_column("landed_at", pa.array([landed_at] * table.num_rows, pa.float64()))
     return table.append_column("seen_at", pa.array([seen_at] * table.num_rows, pa.float64()))
 
 
 class LandingZone:
     """An incrementally read view of the landing table at ``data_dir`` (a directory, or
-    ``s3://bucket/prefix`` reached with ``s3``: then ``landed_at`` is the object's
-    LastModified, to the second)."""
+    ``s3://bucket/prefix`` reached with ``s3``)."""
 
     def __init__(self, data_dir: Path | str, s3: S3Settings | None = None) -> None:
         self.data_dir = data_dir
+        self._s3_settings = s3
         self._s3 = s3_client(s3 or S3Settings()) if is_object_store(data_dir) else None
-        self._view = LandingTable(landing_log_at(data_dir, s3), writer="e2e-reader")
-        self._tables: dict[str, Any] = {}  # by path relative to data_dir, as the log names it
+        self._tables: dict[str, Any] = {}  # by path relative to data_dir, as the table names it
+        self._first: dict[tuple[Any, ...], tuple[float, float]] = {}  # row -> landed, seen
         self._ids: Counter[str] = Counter()
         self._combined: Any = None
 
@@ -100,19 +104,25 @@ class LandingZone:
         return len(self._tables)
 
     def refresh(self) -> int:
-        """Catch up with the table; returns how many rows were added (net). Runs an event
-        loop of its own: call it where none runs (``anyio.to_thread.run_sync``)."""
-        state = anyio.run(self._view.refresh)
+        """Catch up with the table; returns how many rows were added (net). Blocking: call it
+        from async code through ``anyio.to_thread.run_sync``."""
+        delta = landed_table(self.data_dir, self._s3_settings)
+        files: dict[str, float] = {}
+        if delta is not None:
+            actions = pa.table(delta.get_add_actions(flatten=True)).to_pydict()
+            files = dict(
+                zip(actions["path"], (t / 1000 for t in actions["modification_time"]), strict=True)
+            )
         seen_at = time.time()
         added = 0
         changed = False
-        for path in [p for p in self._tables if p not in state.files]:  # compacted away
+        for path in [p for p in self._tables if p not in files]:  # compacted away
             old = self._tables.pop(path)
             self._ids.subtract(old.column("message_id").to_pylist())
             added -= old.num_rows
             changed = True
-        for path in sorted(state.files.keys() - self._tables.keys()):
-            table = _normalized(*self._read(path), seen_at)
+        for path in sorted(files.keys() - self._tables.keys()):
+            table = self._first_sightings(_normalized(self._read(path), files[path], seen_at))
             self._ids.update(table.column("message_id").to_pylist())
             self._tables[path] = table
             added += table.num_rows
@@ -122,15 +132,28 @@ class LandingZone:
         self._ids += Counter()  # drop zero counts left by removed files
         return added
 
-    def _read(self, path: str) -> tuple[Any, int]:
-        """The file's rows and its modification time (ns)."""
+    def _first_sightings(self, table: Any) -> Any:
+        """``table`` with each row's ``landed_at`` and ``seen_at`` as first seen: a row the
+        table's upkeep rewrote into a new file (compaction) keeps the times of the file it
+        first appeared in, so it is never taken for a late write."""
+        rows = zip(
+            *(table.column(c).to_pylist() for c in _ROW_IDENTITY),
+            table.column("landed_at").to_pylist(),
+            table.column("seen_at").to_pylist(),
+            strict=True,
+        )
+        times = [self._first.setdefault(tuple(r[:-2]), (r[-2], r[-1])) for r in rows]
+        for name, index in (("landed_at", 0), ("seen_at", 1)):
+            column = pa.array([t[index] for t in times], pa.float64())
+            table = table.set_column(table.column_names.index(name), name, column)
+        return table
+
+    def _read(self, path: str) -> Any:
         if self._s3 is None:
-            file = Path(self.data_dir) / path
-            return ds.dataset(file, format="parquet").to_table(), file.stat().st_mtime_ns
+            return pq.read_table(Path(self.data_dir) / path)
         where = S3Location.parse(str(self.data_dir))
         answer = self._s3.get_object(Bucket=where.bucket, Key=where.key(path))
-        table = pq.read_table(io.BytesIO(answer["Body"].read()))
-        return table, int(answer["LastModified"].timestamp() * 1e9)
+        return pq.read_table(io.BytesIO(answer["Body"].read()))
 
     def ids(self) -> Counter[str]:
         """message_id -> how many rows carry it."""
@@ -177,12 +200,9 @@ def _empty_table() -> Any:
 
 
 def read_landed(data_dir: Path) -> Any:
-    """Every row of the landing table at ``data_dir`` in one pass of pyarrow.dataset (no
-    landed_at). Runs an event loop of its own, like ``LandingZone.refresh``."""
-    files = [str(data_dir / path) for path in sorted(read_table(data_dir).files)]
-    if not files:
-        return _empty_table().drop_columns(["landed_at", "seen_at"])
-    return ds.dataset(files, format="parquet").to_table()
+    """Every row of the landing table at ``data_dir``, read through its newest version (no
+    landed_at)."""
+    return read_table_rows(data_dir)
 
 
 def landed_ids(table: Any) -> Counter[str]:

@@ -308,9 +308,10 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
     # holds the same rows in fewer files.
     compaction = run_cli(cluster, "compact", "--include-today")
     print(f"E2E compaction[{figures['backends']}]: {compaction['dates']}")
-    assert compaction["ok"] and compaction["version_after"] == compaction["version_before"] + 1
+    assert compaction["rows_after"] == compaction["rows_before"] == sum(ids.values())
+    assert compaction["version_after"] > compaction["version_before"]
     await anyio.to_thread.run_sync(zone.refresh)
-    assert zone.files == sum(d["files_after"] for d in compaction["dates"]) < figures["files"]
+    assert zone.files == compaction["files_after"] < figures["files"]
     assert zone.ids() == ids
 
 

@@ -1,6 +1,7 @@
 """`shoal up --data-dir s3://bucket/prefix`, black box, as a user runs it: against the store
 the environment names, and with no store configured (then `shoal up` starts a MinIO of its
-own). Messages land in the bucket, exactly once, and the run ends cleanly."""
+own). Messages land in the bucket's Delta table, exactly once, and the run ends cleanly with
+a final line that counts them all."""
 
 from __future__ import annotations
 
@@ -11,22 +12,22 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from adapters.s3 import S3Location, s3_client
 from infra.local._testservers import ServerInfo
-from services.common.table import read_table
+from services.common.table import landed_summary, read_landed
 from tests.contract._s3 import fresh_bucket, s3_env, settings_for
 
 pytestmark = pytest.mark.e2e
 
 DURATION = 25
 
+_FINAL = re.compile(r"stopped: accepted ([\d,]+)  landed ([\d,]+)  table (\S+) \(version (\d+)\)")
+
 
 def _up(zone: str, tmp_path: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
-    """Run `shoal up` for DURATION seconds; its URL lines and its stderr."""
+    """Run `shoal up` for DURATION seconds; its URL lines (and ``accepted``, ``landed``,
+    ``table`` and ``version`` from its final line) and its stderr."""
     done = subprocess.run(
         [
             sys.executable,
@@ -55,6 +56,15 @@ def _up(zone: str, tmp_path: Path, env: dict[str, str]) -> tuple[dict[str, str],
     )
     assert done.returncode == 0, f"shoal up exited {done.returncode}: {done.stderr[-3000:]}"
     lines = dict(re.findall(r"^(gateway|dashboard|data|s3): (.+)$", done.stdout, re.MULTILINE))
+    final = _FINAL.fullmatch(done.stdout.splitlines()[-1])
+    assert final, f"no final line at the end of: {done.stdout[-2000:]}"
+    accepted, landed, table, version = final.groups()
+    lines |= {
+        "accepted": accepted.replace(",", ""),
+        "landed": landed.replace(",", ""),
+        "table": table,
+        "version": version,
+    }
     return lines, done.stderr
 
 
@@ -65,17 +75,14 @@ def test_shoal_up_lands_in_the_bucket_the_environment_names(
     zone = f"s3://{location.bucket}/landing"
     lines, _ = _up(zone, tmp_path, s3_env(minio_server))
     assert lines["data"] == zone and lines["s3"] == minio_server.url
-    state = read_table(zone, settings_for(minio_server))
-    assert state.files, "nothing was committed to the bucket"
-    client = s3_client(settings_for(minio_server))
-    where = S3Location.parse(zone)
-    ids: Counter[str] = Counter()
-    for path in state.files:
-        body = client.get_object(Bucket=where.bucket, Key=where.key(path))["Body"].read()
-        table = pq.read_table(pa.BufferReader(body), columns=["message_id"])
-        ids.update(table.column(0).to_pylist())
-    assert sum(ids.values()) == state.rows() > DURATION * 200 // 4
+    settings = settings_for(minio_server)
+    ids = Counter(read_landed(zone, settings, columns=["message_id"]).column(0).to_pylist())
+    assert sum(ids.values()) > DURATION * 200 // 4, "too little was committed to the bucket"
     assert max(ids.values()) == 1, "a message landed twice"
+    # The final line comes once the handlers drained: all that was accepted had landed.
+    assert int(lines["landed"]) == int(lines["accepted"]) == sum(ids.values())
+    assert lines["table"] == zone
+    assert int(lines["version"]) == landed_summary(zone, settings).version
 
 
 def test_shoal_up_starts_a_minio_of_its_own_when_no_store_is_configured(tmp_path: Path) -> None:
@@ -83,3 +90,5 @@ def test_shoal_up_starts_a_minio_of_its_own_when_no_store_is_configured(tmp_path
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+ \(MinIO; key \S+\)", lines["s3"]), lines
     landed = [int(n.replace(",", "")) for n in re.findall(r"landed\s+([\d,]+)", errors)]
     assert landed and landed[-1] > 0, f"no row landed: {errors[-2000:]}"
+    assert int(lines["landed"]) == int(lines["accepted"]) >= landed[-1]
+    assert lines["table"] == "s3://shoal/landing"

@@ -42,6 +42,7 @@ from core.partitioning import partition_for
 from infra.local._testservers import ServerInfo
 from services.common.backends import Backends
 from services.common.settings import HandlerSettings
+from services.common.table import landed_summary
 from tests.e2e._cluster import (
     LEASE_TTL,
     REPO_ROOT,
@@ -310,7 +311,8 @@ class FaultRun:
     async def handler_paused_past_lease(self, victim: str = "h2") -> Row:
         """SIGSTOP a handler past its lease while it writes a file, SIGCONT it: its
         partitions move on, and once it wakes it makes nothing visible for what it lost
-        (judged by when files appear), and its half-written file is removed."""
+        (judged by when files appear in the table), and the file it was writing is either
+        in the table (committed before the stop) or removed."""
         row = self._begin("handler SIGSTOP past its lease mid-write, SIGCONT")
         cluster = self.cluster
         held = partitions_of(await cluster.status(), victim)
@@ -341,14 +343,16 @@ class FaultRun:
                 "after its lease expired"
             )
         if writing is not None and writing.exists():
-            row.problems.append(f"{victim} left its half-written {writing.name} behind")
+            stored = writing.relative_to(Path(self.cluster.zone)).as_posix()
+            if stored not in landed_summary(self.cluster.zone).files:
+                row.problems.append(f"{victim} left its uncommitted {writing.name} behind")
         return row
 
     async def _stop_mid_write(self, victim: str, within: float = 60.0) -> tuple[float, Path | None]:
-        """SIGSTOP ``victim`` as soon as one of its files is being written (a hidden
-        ``.{victim}-*.tmp`` in the landing zone): the stop time and that file, still there
-        once the process stopped; after ``within`` seconds it is stopped wherever it is
-        (file None). The watching and the signal are ``tests.faults._stopper``'s, a process
+        """SIGSTOP ``victim`` as soon as one of its files is being written (a new
+        ``{victim}-*.parquet`` in the landing zone, not yet committed or just so): the stop
+        time and that file; after ``within`` seconds it is stopped wherever it is (file
+        None). The watching and the signal are ``tests.faults._stopper``'s, a process
         of its own, so a loaded test process does not miss a write of a few milliseconds."""
         proc = self.cluster.process(victim)
         done = await anyio.run_process(
@@ -357,7 +361,7 @@ class FaultRun:
                 "-m",
                 "tests.faults._stopper",
                 str(self.cluster.zone),
-                f".{victim}-",
+                f"{victim}-",
                 str(proc.pid),
                 str(within),
             ],

@@ -1,11 +1,10 @@
 """Stops a process group the moment one of its files is being written.
 
 ``python -m tests.faults._stopper ZONE PREFIX PGID WITHIN`` watches the ``date=*`` folders
-of the landing zone ZONE for a hidden ``PREFIX*.tmp`` file (a file being written), SIGSTOPs
-the group PGID at once and checks that the file is still there; a write that finished
-first is let go (SIGCONT) and the next one is watched for. After WITHIN seconds the group
-is stopped wherever it is. Prints one JSON line: ``{"stopped_at": wall clock, "file": path
-or null}``.
+of the landing zone ZONE for a new ``PREFIX*.parquet`` file (a batch being stored, whose
+Delta commit follows within milliseconds) and SIGSTOPs the group PGID at once. After WITHIN
+seconds the group is stopped wherever it is. Prints one JSON line: ``{"stopped_at": wall
+clock, "file": path or null}``.
 
 A process of its own: a watcher thread inside the test process shares the interpreter lock
 with the load generator and the zone reader, and on a loaded machine it saw no write in
@@ -29,18 +28,22 @@ def stop_mid_write(zone: Path, prefix: str, pgid: int, within: float) -> tuple[f
     deadline = time.monotonic() + within
     folders: list[Path] = []
     listed = 0.0
+    known: set[str] | None = None  # the files there before: not being written
     while time.monotonic() < deadline:
         if time.monotonic() - listed > FOLDERS_EVERY:
             folders, listed = sorted(zone.glob("date=*")), time.monotonic()
+        seen: set[str] = set()
         for folder in folders:
             with os.scandir(folder) as entries:
                 for entry in entries:
-                    if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                    if not (entry.name.startswith(prefix) and entry.name.endswith(".parquet")):
+                        continue
+                    if known is not None and entry.path not in known:
                         stopped_at = time.time()
                         os.killpg(pgid, signal.SIGSTOP)
-                        if Path(entry.path).exists():
-                            return stopped_at, entry.path
-                        os.killpg(pgid, signal.SIGCONT)  # it finished first: the next one
+                        return stopped_at, entry.path
+                    seen.add(entry.path)
+        known = seen if known is None else known | seen
         time.sleep(POLL)
     stopped_at = time.time()
     os.killpg(pgid, signal.SIGSTOP)

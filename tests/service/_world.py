@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pyarrow.dataset as ds
 from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 
+from adapters.delta import DeltaLandedTable
 from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,
@@ -27,14 +27,14 @@ from adapters.memory import (
     InMemoryProjectRegistry,
     InMemoryTransport,
 )
-from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
+from adapters.parquet import ParquetSettings, ParquetSink
 from core.assignment import strategy_named
 from core.ingest import stamp
 from core.model import Assignment, Partition
-from core.ports import HoldStore, LandingLog, Sink, Transport
+from core.ports import HoldStore, LandedTable, Sink, Transport
 from services.common.clusters import Datacenters
 from services.common.settings import HandlerSettings, LeaderSettings
-from services.common.table import LandingTable
+from services.common.table import read_landed
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
 from services.leader.backlog import BacklogReader
@@ -73,7 +73,7 @@ class World:
         handler_id: str,
         *,
         sink: Sink | None = None,
-        landing_log: LandingLog | None = None,
+        table: LandedTable | None = None,
         holds: Callable[[HoldStore], HoldStore] = lambda store: store,
         datacenters: Datacenters | None = None,
         **settings: Any,
@@ -86,7 +86,7 @@ class World:
             self._run_handler,
             handler_id,
             sink or self.parquet(),
-            landing_log or LocalLandingLog(self.data_dir),
+            table or DeltaLandedTable(str(self.data_dir)),
             holds,
             options,
             datacenters,
@@ -102,7 +102,7 @@ class World:
         self,
         handler_id: str,
         sink: Sink,
-        landing_log: LandingLog,
+        table: LandedTable,
         wrap_holds: Callable[[HoldStore], HoldStore],
         settings: dict[str, Any],
         datacenters: Datacenters | None,
@@ -127,7 +127,7 @@ class World:
                 projects=projects,
                 transport=self.transport,
                 sink=sink,
-                landing_log=landing_log,
+                table=table,
                 metrics=metrics,
                 datacenters=datacenters,
             )
@@ -192,15 +192,8 @@ class World:
         return ids
 
     async def landed(self) -> list[dict[str, Any]]:
-        """Every row of the landed table: the files its commits name, nothing else."""
-        async with LocalLandingLog(self.data_dir) as landing_log:
-            state = await LandingTable(landing_log, writer="test-reader").refresh()
-        if not state.files:
-            return []
-        paths = [str(self.data_dir / path) for path in sorted(state.files)]
-        table = ds.dataset(
-            paths, format="parquet", partitioning="hive", partition_base_dir=str(self.data_dir)
-        ).to_table()
+        """Every row of the landed table's newest version, nothing else."""
+        table = await anyio.to_thread.run_sync(read_landed, self.data_dir)
         rows: list[dict[str, Any]] = table.to_pylist()
         return rows
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 from anyio.streams.memory import MemoryObjectSendStream
 
-from adapters.parquet import LocalLandingLog
+from adapters.delta import DeltaLandedTable
 from core.messages import LandedRow
-from core.ports import LandingLog, Sink
-from core.table import Commit, LandedFile, TableState
-from services.common.table import LandingTable
+from core.ports import LandedTable, Sink
+from core.table import LandedFile, LogKey
+from services.common.table import landed_summary
+from tests._landing_zones import PassThroughTable
 from tests.service._world import World, world_of
 
 pytestmark = pytest.mark.anyio
@@ -67,26 +68,16 @@ class KilledAfterWrite:
         await self.inner.discard(files)
 
 
-class KilledAfterCommit:
-    """A landing log whose handler may die once its commit is stored, before the ack."""
+class KilledAfterCommit(PassThroughTable):
+    """A landed table whose handler may die once its commit is stored, before the ack."""
 
-    def __init__(self, inner: LandingLog, chaos: Chaos, handler_id: str) -> None:
-        self.inner, self.chaos, self.handler_id = inner, chaos, handler_id
+    def __init__(self, inner: LandedTable, chaos: Chaos, handler_id: str) -> None:
+        super().__init__(inner)
+        self.chaos, self.handler_id = chaos, handler_id
 
-    async def commits(self, after: int) -> Sequence[Commit]:
-        return await self.inner.commits(after)
-
-    async def append(self, commit: Commit) -> bool:
-        created = await self.inner.append(commit)
-        if created and commit.positions:
-            await self.chaos.maybe_kill(self.handler_id, "committed, not acked")
-        return created
-
-    async def checkpoint(self) -> TableState | None:
-        return await self.inner.checkpoint()
-
-    async def save_checkpoint(self, state: TableState) -> None:
-        await self.inner.save_checkpoint(state)
+    async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:
+        await self.inner.commit(files, tokens)
+        await self.chaos.maybe_kill(self.handler_id, "committed, not acked")
 
 
 @pytest.fixture
@@ -110,7 +101,7 @@ async def test_every_message_lands_once_when_handlers_are_killed_between_write_a
         await world.start_handler(
             handler_id,
             sink=KilledAfterWrite(world.parquet(), chaos, handler_id),
-            landing_log=KilledAfterCommit(LocalLandingLog(world.data_dir), chaos, handler_id),
+            table=KilledAfterCommit(DeltaLandedTable(str(world.data_dir)), chaos, handler_id),
             roll_rows=64,
         )
 
@@ -136,6 +127,4 @@ async def test_every_message_lands_once_when_handlers_are_killed_between_write_a
     # Orphans (files written by a killed handler, never committed) are on disk, not in
     # the table.
     on_disk = {p.relative_to(world.data_dir).as_posix() for p in world.data_dir.rglob("*.parquet")}
-    async with LocalLandingLog(world.data_dir) as landing_log:
-        state = await LandingTable(landing_log, "reader").refresh()
-    assert set(state.files) < on_disk
+    assert set(landed_summary(world.data_dir).files) < on_disk

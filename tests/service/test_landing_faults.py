@@ -61,8 +61,8 @@ class FailingSink:
 
 class StallingSink(ParquetSink):
     """The real ParquetSink, whose first write stalls in its worker thread (as a paused
-    process or a hung volume would) after the data is staged and before the final
-    ownership check, until the handler's lease has expired."""
+    process would) after the data is encoded and before the ownership check that precedes
+    storing it, until the handler's lease has expired."""
 
     def __init__(self, settings: ParquetSettings, expired: Callable[[], bool]) -> None:
         super().__init__(settings)
@@ -70,14 +70,18 @@ class StallingSink(ParquetSink):
         self.outcomes: list[str] = []
         self.stalled = threading.Event()
 
-    def _stage(self, folder: Path, stem: str, rows: list[LandedRow]) -> Path:
-        staged = super()._stage(folder, stem, rows)
-        if len(self.outcomes) == 1:
-            self.stalled.set()
-        deadline = time.monotonic() + 10
-        while len(self.outcomes) == 1 and not self.expired() and time.monotonic() < deadline:
-            time.sleep(0.01)  # the worker thread is what stalls here
-        return staged
+    def _write_sync(
+        self, rows: list[LandedRow], valid: Callable[[], bool]
+    ) -> tuple[LandedFile, ...]:
+        def stalling_valid() -> bool:
+            if len(self.outcomes) == 1:
+                self.stalled.set()
+            deadline = time.monotonic() + 10
+            while len(self.outcomes) == 1 and not self.expired() and time.monotonic() < deadline:
+                time.sleep(0.01)  # the worker thread is what stalls here
+            return valid()
+
+        return super()._write_sync(rows, stalling_valid)
 
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
@@ -172,7 +176,7 @@ async def test_a_message_back_after_max_deliver_deliveries_is_dead_lettered_and_
     await world.until_settled(partition)
 
 
-async def test_a_handler_stalled_before_its_rename_past_its_lease_makes_nothing_visible(
+async def test_a_handler_stalled_before_storing_its_file_past_its_lease_makes_nothing_visible(
     world: World,
 ) -> None:
     sink = StallingSink(

@@ -1,15 +1,18 @@
 """Generated landing data with planted gaps, duplicates, a refused range and known latencies.
 
-Written by the real ``ParquetSink`` (so the layout and schema are the handler's) and
-committed through ``LandingTable`` (so readers read a real table: only the files its log
-names), plus a gateway ledger in the format ``adapters.spark`` documents. Every expected
-count in the tests is derived by hand in ``PLANTED`` below, not recomputed by the code under
-test.
+Written as a handler lands a batch: the zone's real ``ParquetSink`` writes the files (so the
+layout and schema are the handler's), one ``DeltaLandedTable`` commit adds them and sets
+each log's app transaction (so readers read a real Delta table: only the files its newest
+version names); plus a gateway ledger in the format ``adapters.spark`` documents. Every
+expected count in the tests is derived by hand in ``PLANTED`` below, not recomputed by the
+code under test.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -17,11 +20,12 @@ from pathlib import Path
 
 import anyio
 
-from adapters.parquet import LocalLandingLog, ParquetSettings, ParquetSink
+from adapters.parquet import ParquetSettings, ParquetSink
 from core.messages import Envelope, LandedRow, MessageKind
 from core.partitioning import partition_for
-from core.table import LandedFile
-from services.common.table import LandingTable, read_table
+from core.table import LandedFile, LogKey, log_key
+from services.common.landing_zone import open_landing_zone
+from services.common.table import landed_summary
 
 __all__ = [
     "BASE",
@@ -32,12 +36,13 @@ __all__ = [
     "build_planted",
     "commit",
     "committed",
+    "delivered",
+    "empty_table",
     "gateways_projects",
     "land",
     "latency_ms_of",
     "orphan_rows",
     "owner",
-    "series",
     "skewed_rows",
     "write_ledger",
     "write_uncommitted",
@@ -49,6 +54,7 @@ SERIES_LENGTH = 1000
 CHANGE_AT = BASE + 50.0  # generation 1 -> 2 (by handled_at)
 GATEWAYS = ("gw-a", "gw-b")
 PROJECTS = tuple(f"proj-{k}" for k in range(6))
+LOG_ID = "tests-stream"  # the broker log every generated row was delivered from
 
 
 def gateways_projects() -> list[tuple[str, str]]:
@@ -149,26 +155,48 @@ def build_planted() -> Planted:
         if tail:
             decided = received_at(series, tail[-1]) + 0.005
             ledger.append(LedgerRange(gateway, project, tail[0], tail[-1], "refused", decided))
-    return Planted(rows, ledger)
+    return Planted(delivered(rows), ledger)
+
+
+def delivered(rows: Iterable[LandedRow]) -> list[LandedRow]:
+    """``rows`` as a broker delivered them, in this order: from ``LOG_ID``, each at the next
+    position of its partition's log."""
+    positions: defaultdict[int, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
+    return [replace(r, log_id=LOG_ID, position=next(positions[r.envelope.partition])) for r in rows]
+
+
+def _logs(rows: Iterable[LandedRow]) -> set[LogKey]:
+    return {log_key(r.log_id, r.envelope.partition) for r in rows}
 
 
 def land(data_dir: Path, rows: Sequence[LandedRow], batch: int = 2000) -> list[LandedFile]:
-    """Write ``rows`` with the real sink, ``batch`` rows per call (several files per folder),
-    and commit each call's files, as a handler does; returns the files."""
-    sink = ParquetSink(ParquetSettings(data_dir=data_dir))
+    """Land ``rows`` as a handler does, ``batch`` rows at a time: the zone's sink writes the
+    files, then one commit on the newest version adds them and sets the app transaction of
+    every log the batch holds rows of (the token: that commit's version). Returns the
+    files."""
 
-    async def write_all() -> list[LandedFile]:
+    async def land_all() -> list[LandedFile]:
         written: list[LandedFile] = []
-        async with sink, LocalLandingLog(data_dir) as landing_log:
-            table = LandingTable(landing_log, "tests")
-            await table.refresh()
+        async with open_landing_zone(data_dir) as zone:
             for start in range(0, len(rows), batch):
-                files = await sink.write(rows[start : start + batch])
-                assert await table.commit(added=files)
+                chunk = rows[start : start + batch]
+                token = await zone.table.refresh() + 1
+                files = await zone.sink.write(chunk)
+                await zone.table.commit(files, dict.fromkeys(_logs(chunk), token))
                 written.extend(files)
         return written
 
-    return anyio.run(write_all)
+    return anyio.run(land_all)
+
+
+def empty_table(data_dir: Path) -> None:
+    """The zone's Delta table, created as a handler's first ``refresh`` does, with no rows."""
+
+    async def create() -> None:
+        async with open_landing_zone(data_dir) as zone:
+            await zone.table.refresh()
+
+    anyio.run(create)
 
 
 def write_uncommitted(
@@ -189,20 +217,20 @@ def write_uncommitted(
 
 
 def commit(data_dir: Path, files: Sequence[LandedFile]) -> None:
-    """One commit adding ``files`` (already written) to the table at ``data_dir``."""
+    """One commit adding ``files`` (already written) to the zone's table, setting no app
+    transaction."""
 
     async def add() -> None:
-        async with LocalLandingLog(data_dir) as landing_log:
-            table = LandingTable(landing_log, "tests")
-            await table.refresh()
-            assert await table.commit(added=files)
+        async with open_landing_zone(data_dir) as zone:
+            await zone.table.refresh()
+            await zone.table.commit(files, {})
 
     anyio.run(add)
 
 
 def committed(data_dir: Path) -> list[Path]:
-    """The table's files (absolute paths): what every reader reads."""
-    return [data_dir.resolve() / path for path in sorted(read_table(data_dir).files)]
+    """The data files of the table's newest version (absolute paths): what readers read."""
+    return [data_dir.resolve() / path for path in landed_summary(data_dir).files]
 
 
 def orphan_rows(planted: Planted) -> list[LandedRow]:
@@ -275,25 +303,4 @@ def skewed_rows(partitions: int, loads: Sequence[int]) -> list[LandedRow]:
                 payload=b"{}",
             )
             rows.append(LandedRow(envelope, 1, "h1", received + 0.01))
-    return rows
-
-
-def series(gateway: str, project: str, start: float, count: int) -> list[LandedRow]:
-    """One series' announcement and sequences 1..``count``, received 10 ms apart from
-    ``start`` (seconds since the epoch), each landed 20 ms after it arrived."""
-    partition = partition_for(project, PARTITIONS)
-    rows = []
-    for sequence in range(count + 1):
-        received = start + sequence * 0.01
-        envelope = Envelope(
-            message_id=f"{gateway}-{project}-{sequence}",
-            project_id=project,
-            partition=partition,
-            gateway_id=gateway,
-            sequence=sequence,
-            received_at=received,
-            payload=b'{"v":%d}' % sequence,
-            kind=MessageKind.ANNOUNCE if sequence == 0 else MessageKind.DATA,
-        )
-        rows.append(LandedRow(envelope, 1, "h1", received + 0.02))
-    return rows
+    return delivered(rows)

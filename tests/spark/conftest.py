@@ -2,7 +2,7 @@
 
 The session starts once (about 5-10 s) and stops when the run ends; every test, the CLI's
 included (it runs in-process through typer's CliRunner), shares it. Each directory is a
-landing table: what the sink wrote, committed through ``LandingTable``.
+landing zone's Delta table: what the sink wrote, committed through ``DeltaLandedTable``.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def planted() -> Planted:
 @pytest.fixture(scope="session")
 def planted_dir(tmp_path_factory: pytest.TempPathFactory, planted: Planted) -> Path:
     """The planted rows, a ledger in ``_ledger``, and what readers must not see: a torn
-    temporary file, and a complete Parquet file no commit names (``orphan_rows``: copies of
-    landed rows, and a sequence planted as lost)."""
+    temporary file, and a complete Parquet file the sink wrote but no commit added
+    (``orphan_rows``: copies of landed rows, and a sequence planted as lost)."""
     data_dir = tmp_path_factory.mktemp("planted")
     land(data_dir, planted.rows)
     write_ledger(data_dir / "_ledger", planted.ledger)

@@ -14,10 +14,10 @@ Planted (tests/spark/_landing.py): 12 series (gw-a, gw-b x proj-0..5) of sequenc
 The ledger holds one accepted range per 10 sequences (decided 5 ms after the range's last
 receive), 301..305 of gw-a/proj-4 and 1001..1003 of gw-b/proj-5 refused.
 
-The directory is a landing table, and also holds what no reader may see: a torn ``.tmp``
-file and a complete Parquet file no commit names (``orphan_rows``: 50 more copies of
-gw-a/proj-3 and the "lost" gw-a/proj-1 500). Every count below holds only if both are
-skipped.
+The directory is a Delta table, and also holds what no reader may see: a torn ``.tmp``
+file and a complete Parquet file the sink wrote but no commit added (``orphan_rows``: 50
+more copies of gw-a/proj-3 and the "lost" gw-a/proj-1 500). Every count below holds only
+if both are skipped.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from tests.spark._landing import (
     build_planted,
     commit,
     committed,
+    empty_table,
     land,
     orphan_rows,
     write_uncommitted,
@@ -62,7 +63,7 @@ def counts(result: AuditResult) -> dict[str, int | None]:
 
 
 def test_drained_from_sequences(analytics: SparkAnalytics, planted_dir: Path) -> None:
-    result = analytics.audit(planted_dir, committed(planted_dir), drained=True)
+    result = analytics.audit(planted_dir, drained=True)
     # accepted: 10 series x 1000, gw-b/proj-3 up to 990 (its tail is invisible), gw-b/proj-5
     # up to 1003. lost: 2 + 1 + 5 (the refused range looks lost) + 1 (950).
     assert counts(result) == {
@@ -102,9 +103,7 @@ def test_drained_from_sequences(analytics: SparkAnalytics, planted_dir: Path) ->
 def test_as_of_counts_only_what_is_due(analytics: SparkAnalytics, planted_dir: Path) -> None:
     """In flight vs lost: 950 of gw-b/proj-3 was received after the cutoff, so it may still
     be on its way and is not lost; drained, the same gap is a loss."""
-    result = analytics.audit(
-        planted_dir, committed(planted_dir), as_of=AS_OF, settle_seconds=SETTLE
-    )
+    result = analytics.audit(planted_dir, as_of=AS_OF, settle_seconds=SETTLE)
     assert counts(result) == {
         "accepted": 12 * 900,
         "landed": 12 * 900 - 8 + 5,
@@ -119,15 +118,13 @@ def test_as_of_counts_only_what_is_due(analytics: SparkAnalytics, planted_dir: P
     }
     assert result.cutoff == datetime.fromtimestamp(BASE + 90.05, UTC)
     assert LostRange("gw-b", "proj-3", 950, 950) not in result.lost_ranges
-    drained = analytics.audit(planted_dir, committed(planted_dir), drained=True)
+    drained = analytics.audit(planted_dir, drained=True)
     assert LostRange("gw-b", "proj-3", 950, 950) in drained.lost_ranges
 
 
 def test_drained_from_the_ledger(analytics: SparkAnalytics, planted_dir: Path) -> None:
     """The ledger sees the tail loss and tells the refused range from a loss."""
-    result = analytics.audit(
-        planted_dir, committed(planted_dir), drained=True, ledger_dir=planted_dir / "_ledger"
-    )
+    result = analytics.audit(planted_dir, drained=True, ledger_dir=planted_dir / "_ledger")
     assert counts(result) == {
         "accepted": 12 * 1000 - 5,
         "landed": 11_995 - 14 + 5,
@@ -151,7 +148,6 @@ def test_drained_from_the_ledger(analytics: SparkAnalytics, planted_dir: Path) -
 def test_as_of_from_the_ledger(analytics: SparkAnalytics, planted_dir: Path) -> None:
     result = analytics.audit(
         planted_dir,
-        committed(planted_dir),
         as_of=AS_OF,
         settle_seconds=SETTLE,
         ledger_dir=planted_dir / "_ledger",
@@ -169,7 +165,7 @@ def test_as_of_from_the_ledger(analytics: SparkAnalytics, planted_dir: Path) -> 
 
 
 def test_nothing_lost(analytics: SparkAnalytics, clean_dir: Path) -> None:
-    result = analytics.audit(clean_dir, committed(clean_dir), drained=True)
+    result = analytics.audit(clean_dir, drained=True)
     assert (result.accepted, result.lost, result.duplicated) == (2000, 0, 3)
     assert result.ok
     value, bound = nines(0, 2000)
@@ -186,11 +182,24 @@ def test_nines() -> None:
 
 def test_missing_directory(analytics: SparkAnalytics, tmp_path: Path) -> None:
     with pytest.raises(LandingDirError, match="does not exist"):
-        analytics.audit(tmp_path / "nope", [], drained=True)
+        analytics.audit(tmp_path / "nope", drained=True)
 
 
-def test_empty_directory_accepts_nothing(analytics: SparkAnalytics, tmp_path: Path) -> None:
-    result = analytics.audit(tmp_path, committed(tmp_path), drained=True)
+def test_a_directory_with_no_delta_table_is_refused(
+    analytics: SparkAnalytics, tmp_path: Path, planted: Planted
+) -> None:
+    """Without a ``_delta_log`` nothing says which files are data: neither an empty folder
+    nor one of Parquet files reads as a table."""
+    with pytest.raises(LandingDirError, match=r"not a Delta table \(no version in _delta_log/\)"):
+        analytics.audit(tmp_path, drained=True)
+    write_uncommitted(tmp_path, planted.rows[:100])
+    with pytest.raises(LandingDirError, match="not a Delta table: it holds Parquet files"):
+        analytics.audit(tmp_path, drained=True)
+
+
+def test_an_empty_table_accepts_nothing(analytics: SparkAnalytics, tmp_path: Path) -> None:
+    empty_table(tmp_path)
+    result = analytics.audit(tmp_path, drained=True)
     assert (result.accepted, result.landed, result.lost, result.series) == (0, 0, 0, 0)
     assert result.ok
 
@@ -201,7 +210,7 @@ def test_two_message_ids_on_one_sequence(analytics: SparkAnalytics, tmp_path: Pa
     # gw-a/proj-5: the announcement and sequences 1..3; land sequence 2 again, new id
     twin = replace(rows[2], envelope=replace(rows[2].envelope, message_id="another-id"))
     land(tmp_path, [*rows, twin])
-    result = analytics.audit(tmp_path, committed(tmp_path), drained=True)
+    result = analytics.audit(tmp_path, drained=True)
     assert (result.accepted, result.landed, result.duplicated, result.conflicting) == (3, 4, 1, 1)
 
 
@@ -216,7 +225,7 @@ def test_a_file_no_commit_names_is_not_read(
     assert table < listed and len(orphans) == 1
     orphan = orphans.pop()
     assert pq.read_metadata(orphan).num_rows == len(orphan_rows(planted)) == 51
-    result = analytics.audit(planted_dir, committed(planted_dir), drained=True)
+    result = analytics.audit(planted_dir, drained=True)
     assert (result.landed, result.lost, result.duplicated) == (11_993 - 9 + 5, 9, 5)
     assert LostRange("gw-a", "proj-1", 500, 500) in result.lost_ranges
 
@@ -232,13 +241,13 @@ def test_duplicates_in_committed_files_are_counted(
         if (r.envelope.gateway_id, r.envelope.project_id) == ("gw-a", "proj-2")
     ]
     land(tmp_path, series, batch=400)  # 1001 rows in 3 files; nothing lost or duplicated
-    before = analytics.audit(tmp_path, committed(tmp_path), drained=True)
+    before = analytics.audit(tmp_path, drained=True)
     assert (before.accepted, before.landed, before.lost, before.duplicated) == (1000, 1000, 0, 0)
     first = pq.read_table(committed(tmp_path)[0])
     again = {*first.column("message_id").to_pylist()[:7]}
     repeated = [r for r in series if r.envelope.message_id in again]
     commit(tmp_path, write_uncommitted(tmp_path, repeated))  # committed: added only
-    after = analytics.audit(tmp_path, committed(tmp_path), drained=True)
+    after = analytics.audit(tmp_path, drained=True)
     duplicated = sum(1 for r in repeated if r.envelope.kind is not MessageKind.ANNOUNCE)
     assert duplicated >= 6
     assert (after.accepted, after.landed, after.lost, after.duplicated) == (
@@ -267,7 +276,6 @@ def test_dead_letters_are_counted_as_such_from_the_ledger(
 ) -> None:
     result = analytics.audit(
         planted_dir,
-        committed(planted_dir),
         drained=True,
         ledger_dir=planted_dir / "_ledger",
         dead_letters=DEAD,
@@ -285,7 +293,7 @@ def test_dead_letters_are_counted_as_such_from_the_ledger(
 def test_dead_letters_fill_gaps_and_extend_tails_from_sequences(
     analytics: SparkAnalytics, planted_dir: Path
 ) -> None:
-    result = analytics.audit(planted_dir, committed(planted_dir), drained=True, dead_letters=DEAD)
+    result = analytics.audit(planted_dir, drained=True, dead_letters=DEAD)
     # 991 was accepted (it reached the broker): gw-b/proj-3 now runs to 991.
     assert (result.accepted, result.lost, result.dead_lettered) == (11_994, 9 - 3, 4)
     assert LostRange("gw-b", "proj-3", 950, 950) not in result.lost_ranges

@@ -12,7 +12,7 @@ from adapters.spark import SparkAnalytics
 from core.idempotency import fingerprint, identity
 from core.ingest import announcement, stamp
 from core.messages import LandedRow
-from tests.spark._landing import BASE, LedgerRange, committed, land, write_ledger
+from tests.spark._landing import BASE, LedgerRange, delivered, land, write_ledger
 
 PARTITIONS = 16
 
@@ -43,7 +43,7 @@ def test_keyed_requests_are_series_of_their_own_accepted_once(
         "proj-1", gateway_id="gw-a.1", message_id="a-1", received_at=BASE, partitions=PARTITIONS
     )
     rows = [LandedRow(opened, 1, "h1", BASE + 0.1), *rows_one, *rows_two, rows_two[1]]
-    land(tmp_path, rows)
+    land(tmp_path, delivered(rows))
     write_ledger(
         tmp_path / "_ledger",
         [
@@ -53,9 +53,7 @@ def test_keyed_requests_are_series_of_their_own_accepted_once(
             LedgerRange(two, "proj-1", 1, 3, "accepted", BASE + 930),  # landed again
         ],
     )
-    result = analytics.audit(
-        tmp_path, committed(tmp_path), drained=True, ledger_dir=tmp_path / "_ledger"
-    )
+    result = analytics.audit(tmp_path, drained=True, ledger_dir=tmp_path / "_ledger")
     assert (result.series, result.accepted, result.landed) == (2, 8, 9)
     assert (result.lost, result.duplicated, result.conflicting) == (0, 1, 0)
     assert result.refused == 5

@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,14 +13,11 @@ from typer.testing import CliRunner, Result
 
 from adapters.spark import SparkAnalytics, read_weights_file
 from services.cli.main import app
-from services.common.table import read_table
 from tests.spark._landing import (
     BASE,
     PARTITIONS,
     Planted,
-    commit,
-    land,
-    series,
+    empty_table,
     write_uncommitted,
 )
 from tests.spark.conftest import SKEWED_PARTITIONS
@@ -92,7 +87,6 @@ COMMANDS = (
     ["audit"],
     ["report", "--out", "report-out"],
     ["weights", "--out", "w.json"],
-    ["compact"],
 )
 
 
@@ -109,27 +103,27 @@ def test_missing_directory_exits_2(tmp_path: Path, command: list[str]) -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
-def test_parquet_without_a_log_exits_2(
-    tmp_path: Path, command: list[str], planted: Planted
-) -> None:
-    """Nothing says which files are data: refused, not read as an empty table."""
-    write_uncommitted(tmp_path, planted.rows[:100])
-    result = run(
-        command[0], str(tmp_path), *command[1:], *(["-q"] if command[0] != "compact" else [])
-    )
+def test_no_delta_table_exits_2(tmp_path: Path, command: list[str], planted: Planted) -> None:
+    """Nothing says which files are data: refused before Spark reads anything, not read as
+    an empty table."""
+    result = run(command[0], str(tmp_path), *command[1:], "-q")
     assert result.exit_code == 2, result.output
-    assert "holds Parquet files but no commit log (_shoal/log)" in result.stderr
-    assert len(list(tmp_path.glob("date=*/*.parquet"))) == 1  # compact deleted nothing
+    assert "is not a Delta table (no version in _delta_log/)" in result.stderr
+    write_uncommitted(tmp_path, planted.rows[:100])
+    result = run(command[0], str(tmp_path), *command[1:], "-q")
+    assert result.exit_code == 2, result.output
+    assert "is not a Delta table: it holds Parquet files" in result.stderr
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 def test_unreadable_log_exits_2(tmp_path: Path, command: list[str]) -> None:
-    log = tmp_path / "_shoal" / "log"
-    log.mkdir(parents=True)
-    (log / f"{1:020d}.json").write_text('{"version": 1, "torn')
-    result = run(command[0], str(tmp_path), *command[1:])
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    (log / f"{0:020d}.json").write_text('{"commitInfo": {"torn')
+    result = run(command[0], str(tmp_path), *command[1:], "-q")
     assert result.exit_code == 2, result.output
-    assert "cannot read the landing table's log" in result.stderr
+    assert f"cannot read the landing table at {tmp_path}: " in result.stderr
+    assert len(result.stderr.splitlines()) == 1  # the reason, not delta-rs's backtrace
 
 
 def test_another_master_in_the_same_process_exits_3(clean_dir: Path) -> None:
@@ -168,7 +162,8 @@ def test_weights_writes_the_file(skewed_dir: Path, tmp_path: Path) -> None:
     assert "4 members: max/mean rows per member sticky" in result.stdout
 
 
-def test_weights_of_nothing_exits_1(tmp_path: Path) -> None:
+def test_weights_of_an_empty_table_exits_1(tmp_path: Path) -> None:
+    empty_table(tmp_path)
     result = run("weights", str(tmp_path), "--out", str(tmp_path / "w.json"), "-q")
     assert result.exit_code == 1
     assert "no data rows landed" in result.stderr
@@ -188,52 +183,3 @@ def test_jvm_error_reaches_the_user(clean_dir: Path) -> None:
     assert done.returncode == 3, done.stderr
     assert "JAVA_GATEWAY_EXITED" in done.stderr
     assert "Invalid maximum heap size: -Xmxbanana" in done.stderr
-
-
-def test_compact_merges_closed_days(tmp_path: Path) -> None:
-    """Yesterday (UTC) merged into files of up to --target-rows rows, today left alone,
-    and the audit the same before and after."""
-    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    yesterday = (midnight - timedelta(days=1)).date().isoformat()
-    land(tmp_path, series("gw-c", "proj-c", midnight.timestamp() - 7200, 3000), batch=250)
-    land(tmp_path, series("gw-c", "proj-d", midnight.timestamp() + 1, 500), batch=250)
-    today_files = sorted(p for p in read_table(tmp_path).files if yesterday not in p)
-    audit_before = json.loads(run("audit", str(tmp_path), "--drain-marker", "--json").stdout)
-
-    result = run("compact", str(tmp_path), "--json", "--target-rows", "2000")
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert document["ok"] is True
-    assert document["dates"] == [
-        {
-            "date": yesterday,
-            "status": "compacted",
-            "files_before": 13,  # 12 of 250 rows and the last one
-            "files_after": 2,
-            "rows": 3001,
-            "note": "",
-        }
-    ]
-    assert document["version_after"] == document["version_before"] + 1
-    state = read_table(tmp_path)
-    assert sorted(p for p in state.files if yesterday not in p) == today_files
-    assert len(state.files) == 2 + len(today_files)
-    audit_after = json.loads(run("audit", str(tmp_path), "--drain-marker", "--json").stdout)
-    for name in ("accepted", "landed", "lost", "duplicated", "series", "announcements"):
-        assert audit_after[name] == audit_before[name], name
-
-    again = run("compact", str(tmp_path), "--retention", "0", "--target-rows", "2000")
-    assert again.exit_code == 0, again.output
-    out = " ".join(again.stdout.split())
-    assert f"{yesterday} 2 2 3,001 skipped" in out
-    assert "deleted 13 file(s) the table does not name" in out
-
-
-def test_compact_rows_that_do_not_add_up_exit_1(tmp_path: Path, planted: Planted) -> None:
-    files = write_uncommitted(tmp_path, planted.rows[:600], batch=200)
-    commit(tmp_path, [*files[:2], replace(files[2], rows=1)])
-    result = run("compact", str(tmp_path))
-    assert result.exit_code == 1, result.output
-    assert "mismatch" in result.stdout
-    assert f"{files[2].path} holds 200 rows, the table says 1" in result.stdout
-    assert "nothing was deleted" in result.stdout

@@ -13,7 +13,7 @@ import pytest
 
 from adapters.spark import NoDataError, SparkAnalytics, render_report_html
 from core.messages import LandedRow, MessageKind
-from tests.spark._landing import PARTITIONS, Planted, committed
+from tests.spark._landing import PARTITIONS, Planted, empty_table
 
 WINDOW = 30.0
 
@@ -33,9 +33,7 @@ def nearest_rank(values: list[float], q: float) -> float:
 
 @pytest.fixture(scope="module")
 def report(analytics: SparkAnalytics, planted_dir: Path) -> dict[str, Any]:
-    return analytics.report(
-        planted_dir, committed(planted_dir), partitions=PARTITIONS, window_seconds=WINDOW
-    )
+    return analytics.report(planted_dir, partitions=PARTITIONS, window_seconds=WINDOW)
 
 
 def test_volume_and_skew(report: dict[str, Any], planted: Planted) -> None:
@@ -125,8 +123,9 @@ def test_html_escapes_what_comes_from_the_data(report: dict[str, Any]) -> None:
 
 
 def test_no_data(analytics: SparkAnalytics, tmp_path: Path) -> None:
-    with pytest.raises(NoDataError):
-        analytics.report(tmp_path, committed(tmp_path), partitions=PARTITIONS)
+    empty_table(tmp_path)
+    with pytest.raises(NoDataError, match="no data rows landed"):
+        analytics.report(tmp_path, partitions=PARTITIONS)
 
 
 def _epoch(iso: str) -> float:

@@ -15,7 +15,6 @@ from adapters.spark import (
     read_weights_file,
 )
 from core.assignment import AssignmentOptions, AssignmentRequest, strategy_named
-from tests.spark._landing import committed
 from tests.spark.conftest import SKEWED_LOADS, SKEWED_PARTITIONS
 
 MEMBERS = ["m1", "m2", "m3", "m4"]
@@ -23,7 +22,7 @@ MEMBERS = ["m1", "m2", "m3", "m4"]
 
 @pytest.fixture(scope="module")
 def measured(analytics: SparkAnalytics, skewed_dir: Path) -> PartitionWeights:
-    return analytics.weights(skewed_dir, committed(skewed_dir), partitions=SKEWED_PARTITIONS)
+    return analytics.weights(skewed_dir, partitions=SKEWED_PARTITIONS)
 
 
 def test_weights_follow_the_load(measured: PartitionWeights) -> None:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from adapters._parquet_format import layout, to_table
+from adapters._parquet_format import ParquetSettings, encode_files
 from core.ingest import unprocessable
 from core.landing import (
     InvalidRollPolicyError,
@@ -228,9 +230,23 @@ def test_a_message_is_processable_exactly_when_the_landing_table_can_date_it(
     problem = unprocessable(_envelope("projA", 3, received_at), 3)
     row = LandedRow(_envelope("projA", 3, received_at), 1, "h1", 0.0)
     try:
-        layout([row])
-        to_table([row])
+        encode_files([row], ParquetSettings())
     except (ValueError, OverflowError, OSError):
         assert problem is not None and "received_at" in problem
     else:
         assert problem is None
+
+
+@given(st.binary(max_size=64))
+def test_a_message_is_processable_only_when_its_payload_is_utf8_text(payload: bytes) -> None:
+    # The table's payload column is text, so Spark's from_json and DuckDB's json_extract
+    # read it directly; bytes that are not UTF-8 would fail every batch they are in.
+    envelope = replace(_envelope("projA", 3, 1_800_000_000.0), payload=payload)
+    problem = unprocessable(envelope, 3)
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        assert problem is not None and "not UTF-8" in problem
+    else:
+        assert problem is None
+        encode_files([LandedRow(envelope, 1, "h1", 0.0)], ParquetSettings())

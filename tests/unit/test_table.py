@@ -1,206 +1,155 @@
-"""``core.table``: the landed table's rule (no position is settled twice), floors, and the
-landing plan, against a plain model: the set of every position ever settled."""
+"""``core.table``: which positions a batch settles and which messages it leaves out
+(``plan_landing``), the settled positions of one log (``Settled``) against a plain set,
+how an unconfirmed commit is recognised (``commit_landed``), and which days compaction
+rewrites (``days_to_compact``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.errors import CommitRefusedError
 from core.table import (
-    CHECKPOINT_EVERY,
-    Commit,
-    LandedFile,
-    StoredFile,
-    TableState,
-    checkpoint_due,
-    in_date_folder,
-    pack,
+    DayFiles,
+    Settled,
+    commit_landed,
+    days_to_compact,
+    log_key,
     plan_landing,
-    unreferenced,
+    transaction_app_id,
 )
 
-LOGS = ("nats:S@t1#0", "nats:S@t1#1", "kafka:c/t#0")
+LOGS = (log_key("nats:S@t1", 0), log_key("nats:S@t1", 1), log_key("kafka:c/t", 0))
 POSITIONS = 40
 
+positions = st.integers(0, POSITIONS)
 
-def commit(
-    version: int,
-    *,
-    added: tuple[LandedFile, ...] = (),
-    removed: tuple[str, ...] = (),
-    positions: Mapping[str, tuple[int, ...]] | None = None,
-    floors: Mapping[str, int] | None = None,
-) -> Commit:
-    return Commit(
-        version=version,
-        commit_id=f"c{version}",
-        writer="w",
-        committed_at=0.0,
-        added=added,
-        removed=removed,
-        positions=positions or {},
-        floors=floors or {},
+
+@st.composite
+def settled_logs(draw: st.DrawFn) -> Settled:
+    """A ``Settled`` reached the way the lander reaches one: a floor and rows found at or
+    above it, then additions and raised floors in any order."""
+    settled = Settled(draw(positions), frozenset())
+    for step in draw(st.lists(st.one_of(st.integers(0, POSITIONS), st.sets(positions)))):
+        settled = settled.raised_to(step) if isinstance(step, int) else settled.adding(step)
+    return settled
+
+
+def members(settled: Settled) -> set[int]:
+    return {p for p in range(POSITIONS + 2) if p in settled}
+
+
+@given(settled_logs(), st.sets(positions))
+def test_adding_settles_exactly_the_positions_added(settled: Settled, added: set[int]) -> None:
+    after = settled.adding(added)
+    assert members(after) == members(settled) | added
+    assert after.floor == settled.floor
+
+
+@given(settled_logs(), positions)
+def test_raising_settles_everything_below_and_a_floor_never_goes_down(
+    settled: Settled, floor: int
+) -> None:
+    after = settled.raised_to(floor)
+    assert members(after) == members(settled) | set(range(floor))
+    assert after.floor == max(settled.floor, floor)
+
+
+@given(settled_logs())
+def test_only_positions_at_or_above_the_floor_are_remembered(settled: Settled) -> None:
+    assert all(p >= settled.floor for p in settled.above), "memory bounded by the floor"
+    assert 0 not in Settled() and Settled() == Settled(0, frozenset())
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[tuple[str, int, str]]:
+    """Deliveries ``(log, position, message_id)``: one position holds one message, and a
+    message may sit at several positions (a redelivery copy in another log, a duplicate
+    the broker kept)."""
+    places = draw(st.lists(st.tuples(st.sampled_from(LOGS), positions), unique=True, max_size=30))
+    messages = st.sampled_from("abcdefghij")
+    deliveries = [(log, position, draw(messages)) for log, position in places]
+    return deliveries + draw(st.lists(st.sampled_from(deliveries))) if deliveries else []
+
+
+@given(st.dictionaries(st.sampled_from(LOGS), settled_logs()), batches())
+def test_the_plan_leaves_out_every_landed_message_and_settles_every_unsettled_position(
+    settled: dict[str, Settled], batch: list[tuple[str, int, str]]
+) -> None:
+    plan = plan_landing(settled, batch)
+
+    def is_settled(log: str, position: int) -> bool:
+        return position in settled.get(log, Settled())
+
+    messages = {m for _, _, m in batch}
+    left_out = {m for log, position, m in batch if is_settled(log, position)}
+    assert plan.keep == messages - left_out, "a message any of whose positions is settled"
+    assert plan.keep | left_out == messages
+    unsettled = {(log, p) for log, p, _ in batch if not is_settled(log, p)}
+    assert {(log, p) for log, ps in plan.positions.items() for p in ps} == unsettled
+    assert all(ps and list(ps) == sorted(set(ps)) for ps in plan.positions.values())
+    assert plan.settles_nothing == (not unsettled)
+    # Once the commit is in, the same batch (a redelivery of it) settles and keeps nothing.
+    after = dict(settled)
+    for log, ps in plan.positions.items():
+        after[log] = after.get(log, Settled()).adding(ps)
+    again = plan_landing(after, batch)
+    assert again.settles_nothing and again.keep == frozenset()
+
+
+def test_a_message_copied_to_two_logs_is_left_out_when_either_copy_is_settled() -> None:
+    first, second = LOGS[0], LOGS[2]
+    plan = plan_landing(
+        {second: Settled(0, frozenset({9}))}, [(first, 4, "m"), (second, 9, "m"), (first, 5, "n")]
     )
+    assert plan.keep == {"n"}
+    assert plan.positions == {first: (4, 5)}, "its unsettled copy is settled all the same"
 
 
-positions_of = st.dictionaries(
-    st.sampled_from(LOGS),
-    st.sets(st.integers(1, POSITIONS), min_size=1, max_size=8).map(lambda s: tuple(sorted(s))),
-    max_size=len(LOGS),
+@given(
+    st.integers(1, 2**62),
+    st.dictionaries(st.sampled_from(LOGS), st.one_of(st.none(), st.integers(1, 2**62)), max_size=3),
 )
-floors_of = st.dictionaries(st.sampled_from(LOGS), st.integers(0, POSITIONS), max_size=2)
-
-
-@given(st.lists(st.tuples(positions_of, floors_of), max_size=25))
-def test_a_commit_is_refused_exactly_when_it_settles_a_settled_position(
-    attempts: list[tuple[dict[str, tuple[int, ...]], dict[str, int]]],
+def test_a_commit_landed_when_any_of_its_logs_shows_its_token(
+    token: int, tokens_now: dict[str, int | None]
 ) -> None:
-    state = TableState()
-    model: set[tuple[str, int]] = set()  # every (log, position) settled so far
-    for positions, floors in attempts:
-        wanted = {(p, x) for p, xs in positions.items() for x in xs}
-        attempt = commit(state.version + 1, positions=positions, floors=floors)
-        if wanted & model:
-            with pytest.raises(CommitRefusedError, match="again"):
-                state.apply(attempt)
-            continue
-        state = state.apply(attempt)
-        model |= wanted
-        # A floor says: everything below it is settled (acked at the broker).
-        model |= {(p, x) for p, f in floors.items() for x in range(1, f)}
-        for p in LOGS:
-            for x in range(1, POSITIONS + 1):
-                assert state.is_settled(p, x) == ((p, x) in model)
-            assert all(x >= state.floors.get(p, 0) for x in state.settled.get(p, ()))
+    assert commit_landed(token, tokens_now) == (token in tokens_now.values())
 
 
-def test_floors_only_rise_and_forget_the_positions_below_them() -> None:
-    log, other = LOGS[0], LOGS[2]
-    state = TableState().apply(commit(1, positions={log: (3, 5, 9)}, floors={log: 6}))
-    assert state.settled == {log: frozenset({9})}
-    state = state.apply(commit(2, floors={log: 2}))
-    assert state.floors == {log: 6}
-    assert state.is_settled(log, 1) and state.is_settled(log, 5) and not state.is_settled(log, 6)
-    assert not state.is_settled(other, 1), "logs never share positions"
-    state = state.apply(commit(3, floors={log: 10}))
-    assert state.settled == {} and state.floors == {log: 10}
+def test_a_commit_landed_even_when_another_writer_has_committed_some_of_its_logs_since() -> None:
+    assert commit_landed(7, {LOGS[0]: 7, LOGS[1]: 8})
+    assert not commit_landed(7, {LOGS[0]: 8, LOGS[1]: None})
+    assert not commit_landed(7, {})
 
 
-def test_versions_files_and_removals_must_follow_from_the_state() -> None:
-    a, b = LandedFile("date=2026-11-25/a.parquet", 3), LandedFile("date=2026-11-25/b.parquet", 4)
-    state = TableState().apply(commit(1, added=(a, b)))
-    with pytest.raises(CommitRefusedError, match="does not follow"):
-        state.apply(commit(3))
-    with pytest.raises(CommitRefusedError, match="twice"):
-        state.apply(commit(2, added=(a,)))
-    with pytest.raises(CommitRefusedError, match="not in the table"):
-        state.apply(commit(2, removed=("date=2026-11-25/c.parquet",)))
-    merged = LandedFile("date=2026-11-25/ab.parquet", 7)
-    swapped = state.apply(commit(2, removed=(a.path, b.path), added=(merged,)))
-    assert swapped.files == {merged.path: merged} and swapped.rows() == state.rows() == 7
-    assert state.files == {a.path: a, b.path: b}  # states are values: the old one stands
+def test_every_log_has_an_app_transaction_of_its_own() -> None:
+    keys = {log_key(log_id, p) for log_id in ("nats:S@t1", "nats:S@t2", "a#b") for p in (0, 1)}
+    assert len({transaction_app_id(k) for k in keys}) == len(keys) == 6
 
 
-deliveries_of = st.lists(
-    st.tuples(st.sampled_from(LOGS), st.integers(1, POSITIONS), st.sampled_from("abcdefgh")),
-    max_size=30,
-)
-
-
-@given(positions_of, deliveries_of)
-def test_the_plan_leaves_out_landed_messages_and_settles_every_other_position(
-    already: dict[str, tuple[int, ...]], deliveries: list[tuple[str, int, str]]
-) -> None:
-    # A message id stands for one message: keep its positions consistent.
-    position_of: dict[tuple[str, int], str] = {}
-    batch = []
-    for p, x, message in deliveries:
-        batch.append((p, x, position_of.setdefault((p, x), message)))
-    state = TableState().apply(commit(1, positions=already))
-    plan = plan_landing(state, batch)
-    for p, x, m in batch:
-        settled = state.is_settled(p, x)
-        assert (x in plan.positions.get(p, ())) == (not settled)
-        if settled:
-            assert m not in plan.keep, "a message with a settled position is landed already"
-    for m in plan.keep:
-        assert all(not state.is_settled(p, x) for p, x, mm in batch if mm == m)
-    assert all(list(xs) == sorted(set(xs)) for xs in plan.positions.values())
-    after = state.apply(commit(2, positions=plan.positions))  # never refused
-    assert all(after.is_settled(p, x) for p, x, _ in batch)
-    assert plan_landing(after, batch).settles_nothing
-    assert plan_landing(after, batch).keep == frozenset()
-
-
-def test_checkpoints_fall_every_hundred_commits() -> None:
-    assert [v for v in range(0, 3 * CHECKPOINT_EVERY + 1) if checkpoint_due(v)] == [
-        CHECKPOINT_EVERY,
-        2 * CHECKPOINT_EVERY,
-        3 * CHECKPOINT_EVERY,
-    ]
-
-
-def test_pack_first_fit_largest_first() -> None:
-    files = [LandedFile(f"d/f{i}.parquet", rows) for i, rows in enumerate([5, 3, 9, 4, 12])]
-    assert [[f.rows for f in b] for b in pack(files, 10)] == [[12], [9], [5, 4], [3]]
-    assert pack([], 10) == []
-
-
-@given(st.lists(st.integers(1, 50), max_size=40), st.integers(1, 60))
-def test_pack_keeps_every_file_once_and_bins_within_the_target(
-    sizes: list[int], target: int
-) -> None:
-    files = [LandedFile(f"d/f{i}.parquet", rows) for i, rows in enumerate(sizes)]
-    bins = pack(files, target)
-    assert sorted(f.path for b in bins for f in b) == sorted(f.path for f in files)
-    for b in bins:
-        assert len(b) == 1 or sum(f.rows for f in b) <= target
-    # First fit: no two bins of several files could have been one.
-    small = [sum(f.rows for f in b) for b in bins]
-    assert sum(1 for n in small if n * 2 <= target) <= 1 or target < 2
-
-
-def test_what_a_zone_listing_holds() -> None:
-    assert in_date_folder("date=2026-11-21/h1-ab.parquet")
-    assert in_date_folder("date=2026-11-21/.h1-ab.tmp")
-    for other in (
-        "date=2026-11-21/sub/h1.parquet",
-        "date=2026-11-21/notes.txt",
-        "date=2026-11-21/h1.tmp",  # a temporary file is hidden
-        "date=2026-11-21/",
-        "_shoal/log/00000000000000000001.json",
-        "h1.parquet",
-        "day=2026-11-21/h1.parquet",
-    ):
-        assert not in_date_folder(other), other
-
-
-stored_files = st.lists(
+days = st.lists(
     st.builds(
-        StoredFile,
-        st.sampled_from([f"date=2026-11-2{d}/f{n}.parquet" for d in (1, 2) for n in range(6)]),
-        st.integers(0, 10_000),
-        st.floats(0, 100, allow_nan=False),
+        DayFiles,
+        st.sampled_from([f"2026-11-{d:02}" for d in range(20, 30)]),
+        st.integers(0, 80),
+        st.integers(0, 80),
     ),
-    unique_by=lambda f: f.path,
-    max_size=12,
+    unique_by=lambda d: d.day,
+    max_size=10,
 )
 
 
-@given(stored_files, st.data(), st.floats(0, 100, allow_nan=False))
-def test_garbage_is_every_unnamed_file_older_than_the_cut_and_nothing_named(
-    stored: list[StoredFile], data: st.DataObject, older_than: float
+@given(days, st.sampled_from([f"2026-11-{d:02}" for d in range(19, 31)]), st.integers(2, 60))
+def test_closed_days_with_two_small_files_and_an_open_day_with_enough_are_compacted(
+    partitions: list[DayFiles], today: str, open_day_files: int
 ) -> None:
-    named = data.draw(st.sets(st.sampled_from([f.path for f in stored]))) if stored else set()
-    state = TableState(files={p: LandedFile(p, 1) for p in named})
-    deletable, kept = unreferenced(state, stored, older_than)
-    assert deletable == sorted(
-        (f for f in stored if f.path not in named and f.modified < older_than),
-        key=lambda f: f.path,
-    )
-    assert kept == sum(1 for f in stored if f.path not in named and f.modified >= older_than)
-    assert not {f.path for f in deletable} & named
+    due = days_to_compact(partitions, today, open_day_files=open_day_files)
+    assert due == sorted(due)
+    for day in partitions:
+        needed = 2 if day.day < today else open_day_files
+        assert (day.day in due) == (day.small >= needed), day
+
+
+def test_a_day_with_one_small_file_is_left_alone() -> None:
+    closed = [DayFiles("2026-11-24", 30, 1), DayFiles("2026-11-25", 3, 2)]
+    assert days_to_compact(closed, "2026-11-27", open_day_files=50) == ["2026-11-25"]
+    assert days_to_compact([DayFiles("2026-11-27", 49, 49)], "2026-11-27", open_day_files=50) == []

@@ -6,7 +6,9 @@
 // #scaling li[data-rule], #leader-id[data-leader], #leader-term, body[data-state],
 // #backends[data-coordination][data-transport][data-mode], .cell[data-oldest] (.alerting),
 // #oldest-unacked[data-age][data-alerting], #backlog-alert[data-partitions],
-// #projects-body tr[data-project].
+// #projects-body tr[data-project], #table-panel[data-state] (absent, off, live, failing),
+// #table-files[data-files][data-small], #table-log[data-log-files][data-log-bytes],
+// #table-compaction[data-at], #table-vacuum[data-at], #table-error.
 "use strict";
 
 (function () {
@@ -380,6 +382,68 @@
     $("scaling-empty").hidden = items.length > 0;
   }
 
+  // --- landing table (optional section) ------------------------------------------------------------
+  // The leader's `table` section: {enabled, active, location, files, small_files, bytes, rows,
+  // log_files, log_bytes, last_compaction: {at, days, files_removed, files_added},
+  // last_vacuum: {at, files_removed}, last_error: {at, error} | null}. Absent (older
+  // leaders) or not enabled (no landing zone given to the leader): the panel says so.
+  function size(bytes) {
+    if (!isNumber(bytes)) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let value = bytes;
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return unit === 0 ? `${int.format(value)} B` : `${num.format(value)} ${units[unit]}`;
+  }
+
+  function renderTable(doc) {
+    const panel = $("table-panel");
+    const table = doc.table;
+    const note = $("table-note");
+    const error = $("table-error");
+    if (!table || typeof table !== "object" || !table.enabled) {
+      panel.dataset.state = table && typeof table === "object" ? "off" : "absent";
+      note.textContent = panel.dataset.state === "off"
+        ? "This leader keeps no landing table up (no SHOAL_LEADER_DATA_DIR, or broadcast mode)."
+        : "This leader reports no landing table.";
+      note.hidden = false;
+      error.hidden = true;
+      $("table-location").textContent = "";
+      return;
+    }
+    const failing = table.last_error && typeof table.last_error === "object";
+    panel.dataset.state = failing ? "failing" : "live";
+    $("table-location").textContent = table.location ? `(${table.location})` : "";
+    const files = $("table-files");
+    const small = isNumber(table.small_files) && table.small_files ? ` (${int.format(table.small_files)} small)` : "";
+    files.textContent = isNumber(table.files) ? `${int.format(table.files)}${small}` : "not read yet";
+    files.dataset.files = isNumber(table.files) ? String(table.files) : "";
+    files.dataset.small = isNumber(table.small_files) ? String(table.small_files) : "";
+    $("table-rows").textContent = isNumber(table.rows) ? int.format(table.rows) : "–";
+    $("table-bytes").textContent = size(table.bytes);
+    const logEl = $("table-log");
+    logEl.textContent = isNumber(table.log_files) ? `${int.format(table.log_files)} files · ${size(table.log_bytes)}` : "–";
+    logEl.dataset.logFiles = isNumber(table.log_files) ? String(table.log_files) : "";
+    logEl.dataset.logBytes = isNumber(table.log_bytes) ? String(table.log_bytes) : "";
+    const compaction = table.last_compaction;
+    const compactionEl = $("table-compaction");
+    compactionEl.textContent = compaction
+      ? `${clock(compaction.at)} · ${compaction.files_removed} → ${compaction.files_added} files`
+      : "none yet";
+    compactionEl.dataset.at = compaction && isNumber(compaction.at) ? String(compaction.at) : "";
+    compactionEl.title = compaction && Array.isArray(compaction.days) ? `days: ${compaction.days.join(", ")}` : "";
+    const vacuum = table.last_vacuum;
+    const vacuumEl = $("table-vacuum");
+    vacuumEl.textContent = vacuum ? `${clock(vacuum.at)} · ${vacuum.files_removed} deleted` : "none yet";
+    vacuumEl.dataset.at = vacuum && isNumber(vacuum.at) ? String(vacuum.at) : "";
+    error.hidden = !failing;
+    error.textContent = failing ? `The last upkeep round failed, ${clock(table.last_error.at)}: ${table.last_error.error}` : "";
+    note.hidden = true;
+  }
+
   // --- one document ------------------------------------------------------------------------------
   function render(doc) {
     meet([
@@ -392,6 +456,7 @@
     renderProjects(doc);
     renderRebalances(doc);
     renderScaling(doc);
+    renderTable(doc);
     lastUpdate = Date.now();
     updates += 1;
     document.body.dataset.state = "live";

@@ -1,0 +1,54 @@
+"""``TableSettings``: the landing zone table's own settings (env prefix ``SHOAL_TABLE_``)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["TableSettings"]
+
+
+class TableSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_TABLE_", extra="ignore")
+
+    log_retention_hours: float = Field(
+        default=1.0,
+        gt=0,
+        description="commits older than this are removed from the Delta log once a "
+        "checkpoint covers them (time travel reaches back this far)",
+    )
+    checkpoint_interval: int = Field(default=100, ge=1, description="commits per checkpoint")
+    upkeep_interval: float = Field(
+        default=60.0, gt=0, description="seconds between two rounds of compaction"
+    )
+    target_file_bytes: int = Field(
+        default=128 * 1024 * 1024, ge=1024, description="compaction writes files of about this"
+    )
+    small_file_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="files below this are compacted (a day's first small files wait for more)",
+    )
+    open_day_files: int = Field(
+        default=50, ge=2, description="small files that make today's partition due for compaction"
+    )
+    vacuum_interval: float = Field(
+        default=3600.0, gt=0, description="seconds between two vacuums of unnamed files"
+    )
+    vacuum_retention_hours: float = Field(
+        default=6.0,
+        gt=0,
+        description="a file no version names is deleted once this old (longer than any "
+        "write in flight, and than any reader stays on an old version)",
+    )
+
+    def table_configuration(self) -> dict[str, str | None]:
+        """The Delta table properties a new table gets."""
+        seconds = max(1, math.ceil(self.log_retention_hours * 3600))
+        return {
+            "delta.enableExpiredLogCleanup": "true",
+            "delta.logRetentionDuration": f"interval {seconds} seconds",
+            "delta.checkpointInterval": str(self.checkpoint_interval),
+        }

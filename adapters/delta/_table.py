@@ -1,0 +1,175 @@
+"""``DeltaLandedTable``: the LandedTable port on a Delta Lake table (delta-rs), on a local
+path or ``s3://bucket/prefix``."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import reduce
+from typing import ParamSpec, TypeVar
+
+import anyio
+import anyio.to_thread
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+from adapters._lifecycle import Lifecycle
+from adapters._parquet_format import LANDED_SCHEMA
+from adapters.delta._settings import TableSettings
+from core.errors import CommitConflictError
+from core.table import LandedFile, LogKey, transaction_app_id
+
+__all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "DeltaLandedTable", "open_table"]
+
+PARTITION_COLUMN = "date"
+TABLE_SCHEMA = LANDED_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string(), nullable=False))
+_CONFLICT = "Concurrent transaction"
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def open_table(
+    uri: str, storage_options: Mapping[str, str] | None, settings: TableSettings | None = None
+) -> DeltaTable:
+    """The newest version of the table at ``uri``, created first when there is none (a
+    racing creator's table is as good). Blocking: call it in a worker thread."""
+    options = dict(storage_options) if storage_options else None
+    # Not DeltaTable.is_deltatable: it holds the interpreter lock for its whole request,
+    # which would stall the event loop's thread (lease renewals, fetches) on a slow store.
+    try:
+        return DeltaTable(uri, storage_options=options)
+    except TableNotFoundError:
+        pass
+    # A racing creator's table is as good: opening it below says whether there is one.
+    with contextlib.suppress(DeltaError):
+        DeltaTable.create(
+            uri,
+            schema=TABLE_SCHEMA,
+            mode="ignore",
+            partition_by=[PARTITION_COLUMN],
+            name="shoal_landed",
+            description="messages landed by shoal handlers",
+            configuration=(settings or TableSettings()).table_configuration(),
+            storage_options=options,
+        )
+    return DeltaTable(uri, storage_options=options)
+
+
+class DeltaLandedTable(Lifecycle):
+    """A writer's snapshot of the table and its commits on it. Every delta-rs call runs in
+    a worker thread; a commit is never abandoned half-way (a cancelled caller waits for
+    it), so no commit lands behind the writer's back. delta-rs errors other than a
+    conflict surface as ``OSError``."""
+
+    def __init__(
+        self,
+        uri: str,
+        storage_options: Mapping[str, str] | None = None,
+        settings: TableSettings | None = None,
+    ) -> None:
+        self.uri = uri
+        self._options = dict(storage_options) if storage_options else None
+        self._settings = settings or TableSettings()
+        self._snapshot: DeltaTable | None = None
+
+    async def refresh(self) -> int:
+        snapshot = await in_thread(open_table, self.uri, self._options, self._settings)
+        self._snapshot = snapshot
+        return snapshot.version()
+
+    def token(self, key: LogKey) -> int | None:
+        return self._current().transaction_version(transaction_app_id(key))
+
+    async def settled(self, floors: Mapping[LogKey, int]) -> Mapping[LogKey, frozenset[int]]:
+        if not floors:
+            return {}
+        snapshot = self._current()
+        wanted = {key: _split(key) for key in floors}
+
+        def read() -> Mapping[LogKey, frozenset[int]]:
+            condition = reduce(
+                lambda a, b: a | b,
+                (
+                    (pc.field("log_id") == log_id)
+                    & (pc.field("partition") == partition)
+                    & (pc.field("position") >= floors[key])
+                    for key, (log_id, partition) in wanted.items()
+                ),
+            )
+            dataset: ds.Dataset = snapshot.to_pyarrow_dataset()
+            found = dataset.to_table(
+                columns=["log_id", "partition", "position"], filter=condition
+            ).to_pydict()
+            positions: dict[LogKey, set[int]] = {key: set() for key in floors}
+            for log_id, partition, position in zip(
+                found["log_id"], found["partition"], found["position"], strict=True
+            ):
+                positions[f"{log_id}#{partition}"].add(position)
+            return {key: frozenset(p) for key, p in positions.items()}
+
+        return await in_thread(read)
+
+    async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:
+        snapshot = self._current()
+        now = round(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(f.path, f.size, {PARTITION_COLUMN: f.day}, now, True, f.stats) for f in files
+        ]
+        properties = CommitProperties(
+            app_transactions=[Transaction(transaction_app_id(k), t) for k, t in tokens.items()]
+        )
+
+        def commit() -> None:
+            try:
+                snapshot.create_write_transaction(
+                    actions,
+                    mode="append",
+                    schema=TABLE_SCHEMA,
+                    partition_by=[PARTITION_COLUMN],
+                    commit_properties=properties,
+                )
+            except CommitFailedError as exc:
+                if _CONFLICT in str(exc):
+                    raise CommitConflictError(str(exc)) from exc
+                raise
+
+        with anyio.CancelScope(shield=True):
+            await in_thread(commit)
+
+    async def holds(self, paths: Collection[str]) -> bool:
+        snapshot = self._current()
+
+        def read() -> bool:
+            active = set(
+                pa.table(snapshot.get_add_actions(flatten=True)).column("path").to_pylist()
+            )
+            return all(p in active for p in paths)
+
+        return await in_thread(read)
+
+    def _current(self) -> DeltaTable:
+        if self._snapshot is None:
+            raise RuntimeError("no snapshot yet: refresh first")
+        return self._snapshot
+
+
+def _split(key: LogKey) -> tuple[str, int]:
+    log_id, _, partition = key.rpartition("#")
+    return log_id, int(partition)
+
+
+async def in_thread(function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``function`` in a worker thread, delta-rs's errors as ``OSError``."""
+
+    def run() -> _T:
+        try:
+            return function(*args, **kwargs)
+        except DeltaError as exc:
+            raise OSError(f"Delta table: {exc}") from exc
+
+    return await anyio.to_thread.run_sync(run)
