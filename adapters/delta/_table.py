@@ -4,10 +4,11 @@ path or ``s3://bucket/prefix``."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import reduce
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -29,6 +30,8 @@ __all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "DeltaLandedTable", "open_table"]
 PARTITION_COLUMN = "date"
 TABLE_SCHEMA = LANDED_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string(), nullable=False))
 _CONFLICT = "Concurrent transaction"
+_TOKENS = "shoal.tokens"  # in a commit's commit info: the tokens it set, by log
+_HISTORY_LIMIT = 1000  # commits since the last snapshot read for their tokens, at most
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -64,7 +67,17 @@ class DeltaLandedTable(Lifecycle):
     """A writer's snapshot of the table and its commits on it. Every delta-rs call runs in
     a worker thread; a commit is never abandoned half-way (a cancelled caller waits for
     it), so no commit lands behind the writer's back. delta-rs errors other than a
-    conflict surface as ``OSError``."""
+    conflict surface as ``OSError``.
+
+    Tokens are read from the commits' own record of them: each commit also writes the
+    tokens it sets into its commit info (``_TOKENS``), and ``refresh`` reads the commit
+    infos since the previous snapshot (``history``, one small read per commit) to keep a
+    cache. delta-rs's ``transaction_version`` replays the log since its last checkpoint on
+    every call, a cost per log and per commit since the checkpoint (150 ms for 128 logs
+    60 commits after one); it is asked only for a log the cache does not know, and the
+    cache starts over when the commits since the last snapshot cannot all be read (the log
+    was cleaned in between). The fence itself is Delta's app transactions, whatever the
+    cache says."""
 
     def __init__(
         self,
@@ -76,14 +89,35 @@ class DeltaLandedTable(Lifecycle):
         self._options = dict(storage_options) if storage_options else None
         self._settings = settings or TableSettings()
         self._snapshot: DeltaTable | None = None
+        self._tokens: dict[LogKey, int | None] = {}  # as of the snapshot
 
     async def refresh(self) -> int:
-        snapshot = await in_thread(open_table, self.uri, self._options, self._settings)
+        since = None if self._snapshot is None else self._snapshot.version()
+
+        def read() -> tuple[DeltaTable, list[dict[str, Any]] | None]:
+            snapshot = open_table(self.uri, self._options, self._settings)
+            gap = snapshot.version() - (since if since is not None else snapshot.version())
+            if since is None or not 0 <= gap <= _HISTORY_LIMIT:
+                return snapshot, None
+            return snapshot, snapshot.history(limit=gap) if gap else []
+
+        snapshot, commits = await in_thread(read)
+        version = snapshot.version()
+        between = sorted(
+            (c for c in commits or () if (since or 0) < int(c.get("version", -1)) <= version),
+            key=lambda c: int(c["version"]),
+        )
+        if commits is None or len(between) < version - (since or 0):
+            self._tokens.clear()
+        for info in between:
+            self._tokens.update(json.loads(info.get(_TOKENS, "{}")))
         self._snapshot = snapshot
         return snapshot.version()
 
     def token(self, key: LogKey) -> int | None:
-        return self._current().transaction_version(transaction_app_id(key))
+        if key not in self._tokens:
+            self._tokens[key] = self._current().transaction_version(transaction_app_id(key))
+        return self._tokens[key]
 
     async def settled(self, floors: Mapping[LogKey, int]) -> Mapping[LogKey, frozenset[int]]:
         if not floors:
@@ -121,7 +155,8 @@ class DeltaLandedTable(Lifecycle):
             AddAction(f.path, f.size, {PARTITION_COLUMN: f.day}, now, True, f.stats) for f in files
         ]
         properties = CommitProperties(
-            app_transactions=[Transaction(transaction_app_id(k), t) for k, t in tokens.items()]
+            app_transactions=[Transaction(transaction_app_id(k), t) for k, t in tokens.items()],
+            custom_metadata={_TOKENS: json.dumps(dict(tokens))},
         )
 
         def commit() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from prometheus_client import CollectorRegistry
 
 from adapters.delta import TableSettings
@@ -75,10 +76,14 @@ async def table_exists(address: TableAddress) -> bool:
     """Whether a Delta table is at ``address``; ``OSError`` when the storage cannot tell."""
 
     def check() -> bool:
+        # Not DeltaTable.is_deltatable: it holds the interpreter lock for its whole request.
         try:
-            return DeltaTable.is_deltatable(address.uri, storage_options=address.storage_options)
+            DeltaTable(address.uri, storage_options=address.storage_options)
+        except TableNotFoundError:
+            return False
         except Exception as exc:  # delta-rs's own errors, object-store failures among them
-            raise OSError(f"cannot read {address.uri}: {exc}") from exc
+            raise OSError(f"Delta table: cannot read {address.uri}: {exc}") from exc
+        return True
 
     return await anyio.to_thread.run_sync(check)
 
