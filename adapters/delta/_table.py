@@ -7,15 +7,12 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import reduce
 from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
@@ -23,7 +20,7 @@ from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import LANDED_SCHEMA
 from adapters.delta._settings import TableSettings
 from core.errors import CommitConflictError
-from core.table import LandedFile, LogKey, transaction_app_id
+from core.table import LandedFile, LogKey, log_key, transaction_app_id
 
 __all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "DeltaLandedTable", "open_table"]
 
@@ -126,24 +123,23 @@ class DeltaLandedTable(Lifecycle):
         wanted = {key: _split(key) for key in floors}
 
         def read() -> Mapping[LogKey, frozenset[int]]:
-            condition = reduce(
-                lambda a, b: a | b,
-                (
-                    (pc.field("log_id") == log_id)
-                    & (pc.field("partition") == partition)
-                    & (pc.field("position") >= floors[key])
-                    for key, (log_id, partition) in wanted.items()
-                ),
+            # DataFusion through delta-rs, not pyarrow.dataset: that one imports pandas
+            # where it is installed, 45 MB more in every handler.
+            condition = " OR ".join(
+                f"(log_id = {_sql_text(log_id)} AND partition = {int(partition)} "
+                f"AND position >= {int(floors[key])})"
+                for key, (log_id, partition) in wanted.items()
             )
-            dataset: ds.Dataset = snapshot.to_pyarrow_dataset()
-            found = dataset.to_table(
-                columns=["log_id", "partition", "position"], filter=condition
-            ).to_pydict()
+            found = QueryBuilder().register("landed", snapshot).execute(
+                f"SELECT log_id, partition, position FROM landed WHERE {condition}"
+            )
             positions: dict[LogKey, set[int]] = {key: set() for key in floors}
-            for log_id, partition, position in zip(
-                found["log_id"], found["partition"], found["position"], strict=True
-            ):
-                positions[f"{log_id}#{partition}"].add(position)
+            for batch in found:
+                columns = pa.record_batch(batch).to_pydict()
+                for log_id, partition, position in zip(
+                    columns["log_id"], columns["partition"], columns["position"], strict=True
+                ):
+                    positions[log_key(log_id, partition)].add(position)
             return {key: frozenset(p) for key, p in positions.items()}
 
         return await in_thread(read)
@@ -191,6 +187,10 @@ class DeltaLandedTable(Lifecycle):
         if self._snapshot is None:
             raise RuntimeError("no snapshot yet: refresh first")
         return self._snapshot
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _split(key: LogKey) -> tuple[str, int]:

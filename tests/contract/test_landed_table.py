@@ -25,7 +25,7 @@ K1 = log_key(LOG, 1)
 K2 = log_key(LOG, 2)
 K11 = log_key(LOG, 11)  # a partition whose number starts like another's
 RECREATED = log_key("nats:S@t2", 1)  # the same partition of a recreated stream
-HASHED = log_key("kafka:c#1/t", 1)  # a log id holding the separator
+HASHED = log_key("kafka:c#1/it's", 1)  # a log id holding the separator and a quote
 DAY = 86_400.0
 BIG_TOKEN = 2**62
 
