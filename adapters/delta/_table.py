@@ -130,8 +130,10 @@ class DeltaLandedTable(Lifecycle):
                 f"AND position >= {int(floors[key])})"
                 for key, (log_id, partition) in wanted.items()
             )
-            found = QueryBuilder().register("landed", snapshot).execute(
-                f"SELECT log_id, partition, position FROM landed WHERE {condition}"
+            found = (
+                QueryBuilder()
+                .register("landed", snapshot)
+                .execute(f"SELECT log_id, partition, position FROM landed WHERE {condition}")
             )
             positions: dict[LogKey, set[int]] = {key: set() for key in floors}
             for batch in found:
