@@ -26,9 +26,10 @@ class ParquetSink(Lifecycle):
     the files and their folders are fsynced; they are part of the table only once a
     ``LandedTable`` commit adds them.
 
-    ``write`` encodes in a worker thread, then asks ``still_valid``, then writes: a writer
-    that lost its lease while encoding writes nothing. A cancelled ``write`` returns at
-    once; its thread sees the cancellation at the same check. Raises ``OSError`` when the
+    ``write`` encodes in a worker thread, then asks ``still_valid``, then writes, then asks
+    again: a writer that lost its lease while encoding writes nothing, and one that lost it
+    (or was cancelled) while writing removes what it wrote. A cancelled ``write`` returns at
+    once; its thread sees the cancellation at the next check. Raises ``OSError`` when the
     disk refuses; the files it began are removed. A process killed mid-write may leave a
     partial file that no version names (readers never see it; vacuum removes it).
     """
@@ -79,12 +80,18 @@ class ParquetSink(Lifecycle):
         try:
             for file in encoded:
                 written.append(self._store(file))
+            for folder in {path.parent for path in written}:
+                _fsync_dir(folder)
+            # Asked again once stored: a write cancelled (or a lease lost) while the data
+            # went to disk leaves no file behind that nobody would commit or delete.
+            if not valid():
+                raise OwnershipLostError(
+                    f"{len(rows)} rows written and removed: the writer no longer owns them"
+                )
         except BaseException:
             for path in written:
                 path.unlink(missing_ok=True)
             raise
-        for folder in {path.parent for path in written}:
-            _fsync_dir(folder)
         return tuple(file.landed for file in encoded)
 
     def _store(self, file: EncodedFile) -> Path:

@@ -2,7 +2,9 @@
 (``adapters._parquet_format.encode_files``) under ``s3://bucket/prefix``.
 
 Each file is encoded in memory (at most the roll size, 64 MiB by default), then
-``still_valid`` is asked, then it is uploaded. An object appears whole or not at all when
+``still_valid`` is asked, then it is uploaded, then ``still_valid`` is asked again (a
+writer whose lease ran out, or that was cancelled, during the upload deletes what it
+uploaded). An object appears whole or not at all when
 its upload completes, and the store acknowledges only once it is durable (S3; MinIO
 fsyncs): there is no temporary name to rename. An upload that fails leaves no object; one
 whose answer was lost may have left one, which no commit names (an orphan that
@@ -51,7 +53,21 @@ class S3ParquetSink(Lifecycle):
             raise OwnershipLostError(
                 f"{len(rows)} rows not uploaded: the writer no longer owns them"
             )
-        await anyio.to_thread.run_sync(self._upload, encoded)
+        try:
+            await anyio.to_thread.run_sync(self._upload, encoded)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled while uploading (a handler woken past its lease): leave no object
+            # that nobody would commit or delete.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(
+                    self._delete_quietly, [f.landed.path for f in encoded]
+                )
+            raise
+        if still_valid is not None and not still_valid():
+            await anyio.to_thread.run_sync(self._delete_quietly, [f.landed.path for f in encoded])
+            raise OwnershipLostError(
+                f"{len(rows)} rows uploaded and removed: the writer no longer owns them"
+            )
         return tuple(file.landed for file in encoded)
 
     async def discard(self, files: Sequence[LandedFile]) -> None:

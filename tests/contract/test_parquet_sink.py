@@ -168,6 +168,42 @@ async def test_a_cancelled_write_stores_nothing_even_after_its_thread_finishes(
 
 
 @pytest.mark.anyio
+async def test_a_write_cancelled_while_its_file_goes_to_disk_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past the ownership check, storing: a handler SIGSTOPped here, whose lease ran out,
+    # is cancelled when it wakes; its thread finishes the file and must remove it.
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    storing, release, finished = threading.Event(), threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_disk(fd: int) -> None:
+        if not Path(f"/proc/self/fd/{fd}").is_dir():
+            storing.set()
+            release.wait(10)
+        real_fsync(fd)
+
+    real_write_sync = sink._write_sync
+
+    def watched(*args: Any) -> Any:
+        try:
+            return real_write_sync(*args)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(os, "fsync", slow_disk)
+    monkeypatch.setattr(sink, "_write_sync", watched)
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sink.write, [row(1), row(2)])
+            assert await anyio.to_thread.run_sync(storing.wait, 10)
+            scope.cancel()
+    release.set()
+    assert await anyio.to_thread.run_sync(finished.wait, 10)
+    assert tree(tmp_path, "*.parquet") == []
+
+
+@pytest.mark.anyio
 async def test_a_write_the_disk_fails_halfway_leaves_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
