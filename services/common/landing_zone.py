@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -76,8 +76,14 @@ def storage_options(s3: S3Settings) -> dict[str, str]:
 
 
 def _local_usage(folder: Path) -> tuple[int, int]:
-    entries = [e for e in os.scandir(folder) if e.is_file()]
-    return len(entries), sum(e.stat().st_size for e in entries)
+    files = sizes = 0
+    for entry in os.scandir(folder):
+        # a commit or checkpoint being written is a staging file renamed away any moment
+        with suppress(FileNotFoundError):
+            if entry.is_file():
+                size = entry.stat().st_size
+                files, sizes = files + 1, sizes + size
+    return files, sizes
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import pytest
 from deltalake import DeltaTable
 
 from adapters.delta import TableSettings
+from adapters.s3 import S3Settings
 from core.messages import Envelope, LandedRow
 from core.table import LandedFile, days_to_compact, transaction_app_id
 from services.common.landing_zone import LandingZone, open_landing_zone
@@ -47,6 +48,7 @@ class Zone:
     log_listing: Callable[[], tuple[int, int]]  # files and bytes in _delta_log
     tokens: count[int]
     positions: count[int]
+    s3: S3Settings | None = None
 
     @property
     def uri(self) -> str:
@@ -55,9 +57,12 @@ class Zone:
     def table(self) -> DeltaTable:
         return DeltaTable(self.uri, storage_options=self.zone.address.storage_options)
 
-    async def land(self, n: int, day: str, log: str = LOGS[0]) -> list[LandedFile]:
+    async def land(
+        self, n: int, day: str, log: str = LOGS[0], writer: LandingZone | None = None
+    ) -> list[LandedFile]:
         """One handler commit of ``n`` rows received on ``day``, setting ``log``'s app
-        transaction."""
+        transaction, by ``writer`` (the zone's own by default)."""
+        writer = writer or self.zone
         received = datetime.fromisoformat(day).replace(hour=12, tzinfo=UTC).timestamp()
         rows = []
         for _ in range(n):
@@ -72,9 +77,9 @@ class Zone:
                 payload=b'{"n": 1}',
             )
             rows.append(LandedRow(envelope, 1, "h1", received, log.rpartition("#")[0], position))
-        files = list(await self.zone.sink.write(rows))
-        await self.zone.table.refresh()
-        await self.zone.table.commit(files, {log: next(self.tokens)})
+        files = list(await writer.sink.write(rows))
+        await writer.table.refresh()
+        await writer.table.commit(files, {log: next(self.tokens)})
         return files
 
     def transactions(self) -> dict[str, int | None]:
@@ -128,9 +133,7 @@ async def zone(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         def read() -> set[str]:
             return {str(m) for m in read_landed(location, s3, columns=["message_id"])["message_id"]}
 
-        yield Zone(
-            opened, location, read, data_files, log_listing, tokens=count(1), positions=count()
-        )
+        yield Zone(opened, location, read, data_files, log_listing, count(1), count(), s3)
 
 
 async def test_health_counts_files_bytes_rows_days_and_the_log(zone: Zone) -> None:
@@ -213,6 +216,42 @@ async def test_a_checkpoint_leaves_the_log_bounded(zone: Zone) -> None:
 
     await zone.land(2, DAY2, LOGS[0])  # the table goes on from the checkpoint
     assert len(zone.read()) == len(ids) + 2
+
+
+async def test_a_writer_leaves_cleaning_the_log_to_the_checkpoint(zone: Zone) -> None:
+    """delta-rs would clean the expired log after every commit, listing all of it each
+    time; only the upkeep round cleans."""
+    for n in range(6):
+        await zone.land(2, DAY1, LOGS[n % 3])
+    await zone.zone.upkeep.checkpoint()  # nothing is old enough to clean yet
+    await _log_retention_of_one_second(zone)
+    await anyio.sleep(1.2)  # every log entry before the checkpoint is expired now
+    expired, _ = zone.log_listing()
+
+    await zone.land(2, DAY1, LOGS[0])
+
+    assert zone.log_listing()[0] == expired + 1, "the commit added itself and cleaned nothing"
+    assert await zone.zone.upkeep.checkpoint() > 0
+    assert zone.log_listing()[0] <= 3
+
+
+async def test_a_writer_comes_back_to_a_log_cleaned_past_its_snapshot(zone: Zone) -> None:
+    """A writer idle while another one's commits were checkpointed and cleaned away finds
+    the newest version and the tokens those commits set."""
+    async with open_landing_zone(zone.location, s3=zone.s3, table=_settings()) as idle:
+        await zone.land(2, DAY1, LOGS[0])
+        assert await idle.table.refresh() == 1
+        for n in range(5):
+            await zone.land(2, DAY1, LOGS[n % 3])
+        await _log_retention_of_one_second(zone)
+        await anyio.sleep(1.2)
+        assert await zone.zone.upkeep.checkpoint() > 0  # versions 1 to 5 are gone
+
+        assert await idle.table.refresh() == zone.table().version() == 7
+        assert {log: idle.table.token(log) for log in LOGS} == zone.transactions()
+        await zone.land(2, DAY2, LOGS[1], writer=idle)
+        assert await idle.table.refresh() == 8
+        assert idle.table.token(LOGS[1]) == zone.transactions()[LOGS[1]]
 
 
 async def test_vacuum_deletes_only_files_no_version_names(zone: Zone) -> None:
