@@ -76,7 +76,8 @@ def open_table(
 
 
 class DeltaLandedTable(Lifecycle):
-    """A writer's snapshot of the table and its commits on it. Every delta-rs call runs in
+    """A writer's snapshot of the table, kept between batches and brought forward by each
+    ``refresh``, and its commits on it. Every delta-rs call runs in
     a worker thread; a commit is never abandoned half-way (a cancelled caller waits for
     it), so no commit lands behind the writer's back. delta-rs errors other than a
     conflict surface as ``OSError``.
