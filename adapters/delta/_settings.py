@@ -45,10 +45,17 @@ class TableSettings(BaseSettings):
     )
 
     def table_configuration(self) -> dict[str, str | None]:
-        """The Delta table properties a new table gets."""
-        seconds = max(1, math.ceil(self.log_retention_hours * 3600))
+        """The Delta table properties a new table gets. A checkpoint carries the remove
+        action of every file compacted away until it is older than
+        ``deletedFileRetentionDuration`` (7 days by default: a checkpoint of half a million
+        actions after a week of compactions every minute, rewritten every
+        ``checkpoint_interval`` commits); the vacuum's retention is as long as any of them
+        matters (the vacuum lists the folder, it does not need them)."""
+        log_seconds = max(1, math.ceil(self.log_retention_hours * 3600))
+        removed_seconds = max(1, math.ceil(self.vacuum_retention_hours * 3600))
         return {
             "delta.enableExpiredLogCleanup": "true",
-            "delta.logRetentionDuration": f"interval {seconds} seconds",
+            "delta.logRetentionDuration": f"interval {log_seconds} seconds",
+            "delta.deletedFileRetentionDuration": f"interval {removed_seconds} seconds",
             "delta.checkpointInterval": str(self.checkpoint_interval),
         }

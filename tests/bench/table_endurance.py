@@ -83,17 +83,17 @@ ATTEMPTS = 10  # commits of one batch before a writer gives up (delta-rs retries
 
 def table_settings(log_retention_seconds: float) -> TableSettings:
     """The production defaults, but a log retention of seconds and rounds every 5 s, so
-    log cleanup and compaction
-    of the open day (at 50 small files, the default) happen many times in a run of
-    minutes. A vacuum every 5 minutes, of files unnamed for an hour (the shortest
-    retention it honours: whole hours)."""
+    log cleanup and compaction of the open day (at 50 small files, the default) happen many
+    times in a run of minutes. A vacuum every 5 minutes with a retention of 6 minutes: the
+    checkpoints forget the files compacted away after that (the vacuum itself rounds it up
+    to an hour, the shortest it honours), as they forget them after 6 hours by default."""
     return TableSettings(
         log_retention_hours=log_retention_seconds / 3600,
         checkpoint_interval=100,
         upkeep_interval=5.0,
         open_day_files=50,
         vacuum_interval=300.0,
-        vacuum_retention_hours=1.0,
+        vacuum_retention_hours=0.1,
     )
 
 

@@ -9,6 +9,7 @@ The table is written the way handlers write it: files from the zone's sink, adde
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -252,6 +254,31 @@ async def test_a_writer_comes_back_to_a_log_cleaned_past_its_snapshot(zone: Zone
         await zone.land(2, DAY2, LOGS[1], writer=idle)
         assert await idle.table.refresh() == 8
         assert idle.table.token(LOGS[1]) == zone.transactions()[LOGS[1]]
+
+
+async def test_a_checkpoint_forgets_files_removed_before_the_vacuum_retention(
+    tmp_path: Path,
+) -> None:
+    """Files compacted away stay in the checkpoints (rewritten every 100 commits) only as
+    long as the vacuum's retention, not Delta's default of a week."""
+    location = tmp_path / "zone"
+    settings = TableSettings(
+        small_file_bytes=SMALL, target_file_bytes=TARGET, vacuum_retention_hours=1 / 3600
+    )
+    async with open_landing_zone(location, table=settings) as opened:
+        zone = Zone(opened, location, set, set, lambda: (0, 0), count(1), count())
+        for _ in range(6):
+            await zone.land(2, DAY1)
+        assert await opened.upkeep.compact([DAY1], TARGET) == (6, 1)
+        await anyio.sleep(1.2)  # the six removals are older than the retention now
+
+        await opened.upkeep.checkpoint()
+
+        log = location / "_delta_log"
+        version = json.loads((log / "_last_checkpoint").read_text())["version"]
+        checkpoint = pq.read_table(log / f"{version:020}.checkpoint.parquet")
+        assert checkpoint.column("add").drop_null().length() == 1
+        assert checkpoint.column("remove").drop_null().length() == 0
 
 
 async def test_vacuum_deletes_only_files_no_version_names(zone: Zone) -> None:
