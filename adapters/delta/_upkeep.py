@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -18,11 +20,13 @@ from core.table import DayFiles
 
 __all__ = ["DeltaTableUpkeep"]
 
-_LOG_DIR = "_delta_log"
+_ERROR_CHARS = 500  # of a failed compaction's stderr, its end
 
 
 class DeltaTableUpkeep(Lifecycle):
-    """Each call opens the newest version; none holds a snapshot between calls."""
+    """Each call opens the newest version; none holds a snapshot between calls. Compaction
+    runs in a child process (``adapters.delta._compaction``), so the memory it takes is
+    given back when it ends."""
 
     def __init__(
         self,
@@ -66,17 +70,23 @@ class DeltaTableUpkeep(Lifecycle):
     async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
         if not days:
             return 0, 0
-
-        def compact() -> tuple[int, int]:
-            metrics = self._open().optimize.compact(
-                partition_filters=[(PARTITION_COLUMN, "in", list(days))],
-                target_size=target_bytes,
-            )
-            return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
-
+        request = {
+            "uri": self.uri,
+            "storage_options": self._options,  # on stdin: it holds the store's secret
+            "days": list(days),
+            "target_bytes": target_bytes,
+        }
         with anyio.CancelScope(shield=True):  # a rewrite is one commit: let it finish
-            counts = await in_thread(compact)
-        return counts
+            done = await anyio.run_process(
+                [sys.executable, "-m", "adapters.delta._compaction"],
+                input=json.dumps(request).encode(),
+                check=False,
+            )
+        if done.returncode != 0:
+            error = " ".join(done.stderr.decode(errors="replace").split()) or "no output"
+            raise OSError(f"compaction process exited {done.returncode}: {error[-_ERROR_CHARS:]}")
+        counts = json.loads(done.stdout)
+        return int(counts["removed"]), int(counts["added"])
 
     async def checkpoint(self) -> int:
         def checkpoint() -> int:

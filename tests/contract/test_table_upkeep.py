@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from adapters.delta import TableSettings
+from adapters.delta import DeltaTableUpkeep, TableSettings
 from adapters.s3 import S3Settings
 from core.messages import Envelope, LandedRow
 from core.table import LandedFile, days_to_compact, transaction_app_id
@@ -279,6 +279,14 @@ async def test_a_checkpoint_forgets_files_removed_before_the_vacuum_retention(
         checkpoint = pq.read_table(log / f"{version:020}.checkpoint.parquet")
         assert checkpoint.column("add").drop_null().length() == 1
         assert checkpoint.column("remove").drop_null().length() == 0
+
+
+async def test_a_compaction_that_fails_is_an_os_error_with_its_cause(tmp_path: Path) -> None:
+    """Compaction runs in a child process; its failure comes back as the caller's error."""
+    upkeep = DeltaTableUpkeep(str(tmp_path / "no-table"), log_size=lambda: (0, 0))
+    with pytest.raises(OSError, match=r"compaction process exited 1: TableNotFoundError"):
+        await upkeep.compact([DAY1], TARGET)
+    assert not (tmp_path / "no-table").exists(), "nothing created"
 
 
 async def test_vacuum_deletes_only_files_no_version_names(zone: Zone) -> None:
