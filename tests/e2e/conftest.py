@@ -30,6 +30,9 @@ def _failed(item: pytest.Item) -> bool:
     return any(r.failed for r in reports.values())
 
 
+KAFKA_CONNECT_TIMEOUT = 30.0  # seconds a process waits for its topics at start
+
+
 def backend_env(
     request: pytest.FixtureRequest, coordination: str, transport: str
 ) -> Callable[[str], dict[str, str]]:
@@ -58,6 +61,9 @@ def backend_env(
             values["SHOAL_KAFKA_TOPIC"] = f"e2e.{suffix}.data"
             values["SHOAL_KAFKA_DEAD_LETTER_TOPIC"] = f"e2e.{suffix}.dlq"
             values["SHOAL_KAFKA_REGISTRATION_TOPIC"] = f"e2e.{suffix}.reg"
+            # A cluster's topics are new, created as its processes start; on a loaded
+            # two-core machine the broker took over 10 s (the default) to lead them all.
+            values["SHOAL_KAFKA_CONNECT_TIMEOUT"] = str(KAFKA_CONNECT_TIMEOUT)
         if "nats" in (coordination, transport):
             values |= {"SHOAL_NATS_URL": server("nats").url, **monitor(server("nats"))}
         if transport == "nats":
