@@ -4,9 +4,9 @@ days' files with delta-rs's ``optimize.compact`` (one commit) and prints
 ``{"removed": n, "added": m}``. A failure exits 1 with the error on stderr.
 
 Why a process: delta-rs holds a target file's worth of rows while it writes one (140 MB
-for a 90 MB file of 300,000 rows), and a process returns what it took only when it ends.
-In its own process the compaction leaves the leader's memory where it was, and one that
-runs out of memory takes nothing else down with it."""
+above a fresh process for a file of 300,000 rows), and a process returns what it took only
+when it ends. In its own process the compaction leaves the leader's memory where it was,
+and one that runs out of memory takes nothing else down with it."""
 
 from __future__ import annotations
 

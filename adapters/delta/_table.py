@@ -36,8 +36,8 @@ _CONFLICT = "Concurrent transaction"
 _TOKENS = "shoal.tokens"  # in a commit's commit info: the tokens it set, by log
 _HISTORY_LIMIT = 1000  # commits since the last snapshot read for their tokens, at most
 # delta-rs cleans expired log entries after every commit when the table allows it, which
-# lists the whole log three times (on a local disk: a stat per entry; 38 ms of a 14 ms
-# commit once the log holds 3,000 entries). A writer leaves that to the upkeep round,
+# lists the whole log three times (on a local disk a stat per entry: a commit took 38 ms
+# instead of 14 once the log held 3,000 entries). A writer leaves that to the upkeep round,
 # which checkpoints and cleans once per interval; it still writes its checkpoints.
 _WRITER_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 # delta-rs tries the next version when another commit took the one it tried (15 times by
