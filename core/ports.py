@@ -458,6 +458,11 @@ class TableUpkeep(Protocol):
     removal of files no version names. Each call may run while writers commit: none of
     them conflicts with an append. Storage errors raise ``OSError``."""
 
+    async def exists(self) -> bool:
+        """Whether there is a table (no handler may have landed anything yet): the other
+        calls need one."""
+        ...
+
     async def health(self, small_file_bytes: int) -> TableHealth:
         """The table as it is now; ``DayFiles.small`` counts files below
         ``small_file_bytes``."""

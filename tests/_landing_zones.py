@@ -21,8 +21,9 @@ from core.messages import Envelope, LandedRow
 from core.model import Partition
 from core.ports import LandedTable
 from core.table import LandedFile, LogKey
-from services.common.landing_zone import LandingZone, open_landing_zone, table_address
+from services.common.landing_zone import LandingZone, open_landing_zone
 from services.common.table import read_landed
+from services.common.table_address import table_address
 from tests.contract._s3 import fresh_bucket, settings_for
 
 __all__ = [

@@ -1,117 +1,79 @@
-"""``DeltaTableUpkeep``: the TableUpkeep port on a Delta Lake table (delta-rs)."""
+"""``DeltaTableUpkeep``: the TableUpkeep port on a Delta Lake table (delta-rs), every call
+in a child process (``adapters.delta._maintenance``)."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import anyio
-import pyarrow as pa
-from deltalake import DeltaTable
 
-from adapters._lifecycle import Lifecycle
-from adapters.delta._settings import TableSettings
-from adapters.delta._table import PARTITION_COLUMN, in_thread, open_table
 from core.ports import TableHealth
 from core.table import DayFiles
 
 __all__ = ["DeltaTableUpkeep"]
 
-_ERROR_CHARS = 500  # of a failed compaction's stderr, its end
+_ERROR_CHARS = 500  # of a failed call's stderr, its start
 
 
-class DeltaTableUpkeep(Lifecycle):
-    """Each call opens the newest version; none holds a snapshot between calls. Compaction
-    runs in a child process (``adapters.delta._compaction``), so the memory it takes is
-    given back when it ends."""
+class DeltaTableUpkeep:
+    """Each call runs ``python -m adapters.delta._maintenance`` on the newest version of
+    the table at ``uri`` (none holds a snapshot between calls), so this process never
+    imports delta-rs or pyarrow and gets back what a call took when it ends (see that
+    module). A compaction is one commit: a cancelled caller waits for it to end. A call
+    that fails raises ``OSError`` with the child's error."""
 
-    def __init__(
-        self,
-        uri: str,
-        storage_options: Mapping[str, str] | None = None,
-        settings: TableSettings | None = None,
-        *,
-        log_size: Callable[[], tuple[int, int]],
-    ) -> None:
-        """``log_size``: how many files and bytes the table's ``_delta_log`` folder holds
-        now (the storage's own listing)."""
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri
-        self._log_size_of = log_size
         self._options = dict(storage_options) if storage_options else None
-        self._settings = settings or TableSettings()
+
+    async def exists(self) -> bool:
+        return bool((await self._call("exists"))["exists"])
 
     async def health(self, small_file_bytes: int) -> TableHealth:
-        def read() -> TableHealth:
-            table = self._open()
-            actions = pa.table(table.get_add_actions(flatten=True))
-            sizes = actions.column("size_bytes").to_pylist()
-            days = actions.column(f"partition.{PARTITION_COLUMN}").to_pylist()
-            records = actions.column("num_records").to_pylist()
-            files = Counter(days)
-            small = Counter(
-                d for d, size in zip(days, sizes, strict=True) if size < small_file_bytes
-            )
-            log_files, log_bytes = self._log_size()
-            return TableHealth(
-                version=table.version(),
-                files=len(sizes),
-                bytes=sum(sizes),
-                rows=sum(r or 0 for r in records),
-                log_files=log_files,
-                log_bytes=log_bytes,
-                days=tuple(DayFiles(d, files[d], small[d]) for d in sorted(files)),
-            )
-
-        return await in_thread(read)
+        found = await self._call("health", small_file_bytes=small_file_bytes)
+        return TableHealth(
+            version=int(found["version"]),
+            files=int(found["files"]),
+            bytes=int(found["bytes"]),
+            rows=int(found["rows"]),
+            log_files=int(found["log_files"]),
+            log_bytes=int(found["log_bytes"]),
+            days=tuple(DayFiles(str(d), int(n), int(s)) for d, n, s in found["days"]),
+        )
 
     async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
         if not days:
             return 0, 0
-        request = {
-            "uri": self.uri,
-            "storage_options": self._options,  # on stdin: it holds the store's secret
-            "days": list(days),
-            "target_bytes": target_bytes,
-        }
         with anyio.CancelScope(shield=True):  # a rewrite is one commit: let it finish
-            done = await anyio.run_process(
-                [sys.executable, "-m", "adapters.delta._compaction"],
-                input=json.dumps(request).encode(),
-                check=False,
-            )
-        if done.returncode != 0:
-            error = " ".join(done.stderr.decode(errors="replace").split()) or "no output"
-            raise OSError(f"compaction process exited {done.returncode}: {error[-_ERROR_CHARS:]}")
-        counts = json.loads(done.stdout)
+            counts = await self._call("compact", days=list(days), target_bytes=target_bytes)
         return int(counts["removed"]), int(counts["added"])
 
     async def checkpoint(self) -> int:
-        def checkpoint() -> int:
-            table = self._open()
-            table.create_checkpoint()
-            before, _ = self._log_size()
-            table.cleanup_metadata()
-            after, _ = self._log_size()
-            return max(0, before - after)
-
-        return await in_thread(checkpoint)
+        return int((await self._call("checkpoint"))["removed"])
 
     async def vacuum(self, retention_hours: float, *, dry_run: bool = False) -> list[str]:
-        def vacuum() -> list[str]:
-            return self._open().vacuum(
-                retention_hours=math.ceil(retention_hours),  # never shorter than asked
-                dry_run=dry_run,
-                enforce_retention_duration=False,
-                full=True,
+        found = await self._call("vacuum", retention_hours=retention_hours, dry_run=dry_run)
+        return [str(f) for f in found["files"]]
+
+    async def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
+        request = {
+            "op": op,
+            "uri": self.uri,
+            "storage_options": self._options,  # on stdin: it holds the store's secret
+            **arguments,
+        }
+        done = await anyio.run_process(
+            [sys.executable, "-m", "adapters.delta._maintenance"],
+            input=json.dumps(request).encode(),
+            check=False,
+        )
+        if done.returncode != 0:
+            error = " ".join(done.stderr.decode(errors="replace").split()) or "no output"
+            raise OSError(
+                f"Delta table: {op} failed (exit {done.returncode}): {error[:_ERROR_CHARS]}"
             )
-
-        return await in_thread(vacuum)
-
-    def _open(self) -> DeltaTable:
-        return open_table(self.uri, self._options, self._settings)
-
-    def _log_size(self) -> tuple[int, int]:
-        return self._log_size_of()
+        answer: dict[str, Any] = json.loads(done.stdout)
+        return answer

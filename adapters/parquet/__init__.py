@@ -8,6 +8,7 @@ from adapters._parquet_format import (
     encode_files,
     sorted_table,
     to_table,
+    use_memory_pool,
     write_parquet,
 )
 from adapters.parquet._sink import ParquetSink
@@ -19,5 +20,6 @@ __all__ = [
     "encode_files",
     "sorted_table",
     "to_table",
+    "use_memory_pool",
     "write_parquet",
 ]

@@ -1,9 +1,11 @@
-"""The landing zone's data files on an S3-compatible object store (AWS S3, MinIO, Ceph RGW,
-R2): the Sink port (``S3ParquetSink``), with the same layout as on a disk under
-``s3://bucket/prefix``. The table over them is ``adapters.delta``."""
+"""The landing zone on an S3-compatible object store (AWS S3, MinIO, Ceph RGW, R2): where it
+is (``S3Location``) and how to reach it (``S3Settings``). The boto3 client is
+``adapters.s3.client``, the Sink port on it (Parquet files, the same layout as on a disk
+under ``s3://bucket/prefix``) ``adapters.s3.sink.S3ParquetSink``: modules of their own
+because they import boto3 and pyarrow, which a leader that only keeps the table up does
+without. The table over the files is ``adapters.delta``."""
 
-from adapters.s3._client import S3Location, s3_client, usage
+from adapters.s3._location import S3Location
 from adapters.s3._settings import S3Settings
-from adapters.s3._sink import S3ParquetSink
 
-__all__ = ["S3Location", "S3ParquetSink", "S3Settings", "s3_client", "usage"]
+__all__ = ["S3Location", "S3Settings"]

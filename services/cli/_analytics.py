@@ -59,8 +59,8 @@ from services.cli._compact import (
     vacuum_table,
 )
 from services.cli._dlq import stored_letters
-from services.common.landing_zone import is_object_store, table_address
 from services.common.table import landed_table
+from services.common.table_address import is_object_store, table_address
 
 if TYPE_CHECKING:
     from adapters.spark import SparkAnalytics, SparkSettings

@@ -20,8 +20,6 @@ creates a table: a zone without one is refused (``ZoneError``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,20 +28,14 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.delta import TableSettings
-from services.common.landing_zone import (
-    TableAddress,
-    is_object_store,
-    open_landing_zone,
-    table_address,
-)
 from services.common.settings import load_settings
+from services.common.table_address import is_object_store
 from services.common.upkeep import (
     Checkpoint,
     Compaction,
     NoTableError,
     TableKeeper,
     Vacuum,
-    table_exists,
     utc_day,
 )
 
@@ -76,19 +68,6 @@ class TableCompaction:
     checkpoint: Checkpoint | None
 
 
-def _address(location: str) -> TableAddress:
-    if not is_object_store(location):
-        folder = Path(location)
-        if not folder.exists():
-            raise ZoneError(f"landing zone {location} does not exist")
-        if not folder.is_dir():
-            raise ZoneError(f"landing zone {location} is not a directory")
-    try:
-        return table_address(location)
-    except ValueError as exc:  # an s3:// URL without a bucket
-        raise ZoneError(str(exc)) from None
-
-
 def table_settings(**overrides: float | None) -> TableSettings:
     """``SHOAL_TABLE_*`` (exit 2 on a bad value), with the command's options (those not
     None) over them."""
@@ -97,16 +76,27 @@ def table_settings(**overrides: float | None) -> TableSettings:
     return settings.model_copy(update=given) if given else settings
 
 
-@asynccontextmanager
-async def _keeper(location: str, settings: TableSettings) -> AsyncIterator[TableKeeper]:
-    address = _address(location)
-    if not await table_exists(address):
+def _keeper_at(location: str, settings: TableSettings) -> TableKeeper:
+    if not is_object_store(location):
+        folder = Path(location)
+        if not folder.exists():
+            raise ZoneError(f"landing zone {location} does not exist")
+        if not folder.is_dir():
+            raise ZoneError(f"landing zone {location} is not a directory")
+    try:
+        return TableKeeper.at(location, settings)
+    except ValueError as exc:  # an s3:// URL without a bucket
+        raise ZoneError(str(exc)) from None
+
+
+async def _keeper(location: str, settings: TableSettings) -> TableKeeper:
+    keeper = _keeper_at(location, settings)
+    if not await keeper.exists():
         raise ZoneError(
             f"{location} holds no Delta table (no _delta_log): nothing has landed there yet, "
             "or it is not a landing zone"
         )
-    async with open_landing_zone(location, table=settings) as zone:
-        yield TableKeeper.of(zone, settings)
+    return keeper
 
 
 async def compact_table(
@@ -114,13 +104,13 @@ async def compact_table(
 ) -> TableCompaction:
     """Compact the table at ``location`` (see the module's docstring). Raises
     ``ZoneError``, and ``OSError`` when the storage fails."""
-    async with _keeper(location, settings) as keeper:
-        try:
-            # A closed day is due with two small files; so is today when it is included.
-            compaction = await keeper.compact(open_day_files=2 if include_today else None)
-            checkpoint = await keeper.checkpoint() if compaction.days else None
-        except NoTableError as exc:  # removed since it was looked at
-            raise ZoneError(str(exc)) from None
+    keeper = await _keeper(location, settings)
+    try:
+        # A closed day is due with two small files; so is today when it is included.
+        compaction = await keeper.compact(open_day_files=2 if include_today else None)
+        checkpoint = await keeper.checkpoint() if compaction.days else None
+    except NoTableError as exc:  # removed since it was looked at
+        raise ZoneError(str(exc)) from None
     return TableCompaction(location, include_today, compaction, checkpoint)
 
 
@@ -128,11 +118,11 @@ async def vacuum_table(location: str, settings: TableSettings, *, dry_run: bool)
     """Delete (``dry_run``: list) the files no version of the table at ``location`` names,
     older than the settings' ``vacuum_retention_hours``. Raises ``ZoneError``, and
     ``OSError`` when the storage fails."""
-    async with _keeper(location, settings) as keeper:
-        try:
-            return await keeper.vacuum(dry_run=dry_run)
-        except NoTableError as exc:
-            raise ZoneError(str(exc)) from None
+    keeper = await _keeper(location, settings)
+    try:
+        return await keeper.vacuum(dry_run=dry_run)
+    except NoTableError as exc:
+        raise ZoneError(str(exc)) from None
 
 
 # --- output ------------------------------------------------------------------------------

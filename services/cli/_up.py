@@ -46,7 +46,8 @@ from rich.console import Console
 
 from adapters.keys import ApiKeyFile
 from adapters.local import launch_argv
-from adapters.s3 import S3Location, S3Settings, s3_client
+from adapters.s3 import S3Location, S3Settings
+from adapters.s3.client import s3_client
 from infra.local.kafka import find_java, kafka_libs
 from infra.local.servers import (
     ServerGroup,
@@ -63,9 +64,9 @@ from infra.local.servers import (
 from services.cli._keys import new_admin_key
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
-from services.common.landing_zone import is_object_store
 from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS, HandlerSettings
 from services.common.table import LandedSummary, landed_summary
+from services.common.table_address import is_object_store
 
 __all__ = [
     "SERVER_KINDS",

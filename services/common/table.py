@@ -13,9 +13,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from adapters.delta import TABLE_SCHEMA
+from adapters.delta.table import TABLE_SCHEMA
 from adapters.s3 import S3Settings
-from services.common.landing_zone import table_address
+from services.common.table_address import table_address
 
 __all__ = ["LandedSummary", "landed_summary", "landed_table", "read_landed"]
 

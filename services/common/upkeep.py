@@ -27,23 +27,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.to_thread
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from prometheus_client import CollectorRegistry
 
-from adapters.delta import TableSettings
+from adapters.delta import DeltaTableUpkeep, TableSettings
+from adapters.s3 import S3Settings
 from core.ports import TableHealth, TableUpkeep
 from core.table import DayFiles, days_to_compact
-from services.common.landing_zone import LandingZone, TableAddress
 from services.common.logs import fields
 from services.common.metrics import TableMetrics
+from services.common.table_address import table_address
 
 __all__ = [
     "Checkpoint",
@@ -53,7 +52,6 @@ __all__ = [
     "TableKeeper",
     "Vacuum",
     "no_table_status",
-    "table_exists",
     "utc_day",
 ]
 
@@ -70,22 +68,6 @@ class NoTableError(LookupError):
 def utc_day(at: float) -> str:
     """The ``date`` partition a row received at ``at`` lands in."""
     return datetime.fromtimestamp(at, UTC).date().isoformat()
-
-
-async def table_exists(address: TableAddress) -> bool:
-    """Whether a Delta table is at ``address``; ``OSError`` when the storage cannot tell."""
-
-    def check() -> bool:
-        # Not DeltaTable.is_deltatable: it holds the interpreter lock for its whole request.
-        try:
-            DeltaTable(address.uri, storage_options=address.storage_options)
-        except TableNotFoundError:
-            return False
-        except Exception as exc:  # delta-rs's own errors, object-store failures among them
-            raise OSError(f"Delta table: cannot read {address.uri}: {exc}") from exc
-        return True
-
-    return await anyio.to_thread.run_sync(check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +161,9 @@ def _why_due(day: DayFiles, today: str, open_day_files: int) -> str:
 
 
 class TableKeeper:
-    """The upkeep of one landing table. ``exists`` says whether the table is there (every
-    call but ``round`` raises ``NoTableError`` when it is not); ``clock`` gives the time
-    (seconds since the epoch: which day is open, when a vacuum is due). Storage errors
-    raise ``OSError``."""
+    """The upkeep of one landing table (every call but ``round`` raises ``NoTableError``
+    while there is none); ``clock`` gives the time (seconds since the epoch: which day is
+    open, when a vacuum is due). Storage errors raise ``OSError``."""
 
     def __init__(
         self,
@@ -190,14 +171,12 @@ class TableKeeper:
         settings: TableSettings,
         *,
         location: str,
-        exists: Callable[[], Awaitable[bool]],
         clock: Callable[[], float] = time.time,
         metrics: TableMetrics | None = None,
     ) -> None:
         self.location = location
         self.settings = settings
         self._upkeep = upkeep
-        self._exists = exists
         self._clock = clock
         self._metrics = metrics or TableMetrics(CollectorRegistry())
         self.active = False  # ``run`` runs: this replica keeps the table up now
@@ -216,23 +195,20 @@ class TableKeeper:
         self._no_table_said = False
 
     @classmethod
-    def of(
+    def at(
         cls,
-        zone: LandingZone,
+        location: str | Path,
         settings: TableSettings,
         *,
+        s3: S3Settings | None = None,
         clock: Callable[[], float] = time.time,
         metrics: TableMetrics | None = None,
     ) -> TableKeeper:
-        """The keeper of ``zone``'s table (``zone`` entered)."""
-        return cls(
-            zone.upkeep,
-            settings,
-            location=zone.address.uri,
-            exists=lambda: table_exists(zone.address),
-            clock=clock,
-            metrics=metrics,
-        )
+        """The keeper of the table of the zone at ``location`` (a directory or
+        ``s3://bucket/prefix``). ``ValueError`` for an ``s3://`` URL without a bucket."""
+        address = table_address(location, s3)
+        upkeep = DeltaTableUpkeep(address.uri, address.storage_options)
+        return cls(upkeep, settings, location=address.uri, clock=clock, metrics=metrics)
 
     # -- one step at a time (the CLI's commands) ------------------------------------------
 
@@ -348,7 +324,7 @@ class TableKeeper:
         """One round of upkeep (see the module's docstring). Never raises but for
         cancellation: a failure is logged, counted and kept as ``last_error``."""
         try:
-            if not await self._table_there():
+            if not await self.exists():
                 if not self._no_table_said:
                     log.info("no table to keep up yet", extra=fields(table=self.location))
                     self._no_table_said = True
@@ -444,13 +420,14 @@ class TableKeeper:
         last = self.last_vacuum
         return last is None or self._clock() - last.at >= self.settings.vacuum_interval
 
-    async def _table_there(self) -> bool:
+    async def exists(self) -> bool:
+        """Whether the table is there (``OSError`` when the storage cannot tell)."""
         if not self._table_seen:
-            self._table_seen = await self._exists()
+            self._table_seen = await self._upkeep.exists()
         return self._table_seen
 
     async def _require_table(self) -> None:
-        if not await self._table_there():
+        if not await self.exists():
             raise NoTableError(f"no Delta table at {self.location}")
 
 

@@ -10,7 +10,7 @@ from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry, start_http_server
 
 from adapters.memory import InMemoryCoordination, InMemoryHoldStore
-from adapters.parquet import ParquetSettings
+from adapters.parquet import ParquetSettings, use_memory_pool
 from core.modes import (
     ConsumptionMode,
     broadcast_id_problem,
@@ -69,6 +69,8 @@ async def serve(container: HandlerContainer) -> None:
         start_http_server(
             settings.metrics_port, settings.metrics_host, registry=container.registry()
         )
+    parquet: ParquetSettings = container.parquet()
+    use_memory_pool(parquet.memory_pool)  # the process's, before the sink's first batch
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         membership = await stack.enter_async_context(container.backends.membership())
@@ -84,9 +86,7 @@ async def serve(container: HandlerContainer) -> None:
         projects = await stack.enter_async_context(container.backends.project_registry())
         transport = await stack.enter_async_context(container.backends.transport(position=position))
         datacenters = await enter_datacenters(stack, container.shoal().transport, position=position)
-        zone = await stack.enter_async_context(
-            open_landing_zone(data_dir, parquet=container.parquet())
-        )
+        zone = await stack.enter_async_context(open_landing_zone(data_dir, parquet=parquet))
         handler = Handler(
             settings=settings,
             membership=membership,

@@ -30,7 +30,6 @@ from core.ports import Scaler
 from services.common.backends import Backends
 from services.common.clusters import ClusterBacklogs, enter_datacenters
 from services.common.http import embedded_server, serve_in_thread
-from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
 from services.common.metrics import TableMetrics
@@ -88,7 +87,7 @@ async def serve(container: LeaderContainer) -> None:
             # Left first (the stack unwinds in reverse), after the signal watcher: local
             # children drain within the scaler's own bound (SHOAL_LOCAL_STOP_TIMEOUT).
             scaler = await stack.enter_async_context(container.scaler())
-        keeper = await _table_keeper(container, stack, shoal.consumption_mode)
+        keeper = _table_keeper(container, shoal.consumption_mode)
         scaling = ScalingLoop(
             settings=scaling_settings,
             partitions=shoal.partitions,
@@ -165,11 +164,9 @@ async def serve(container: LeaderContainer) -> None:
     log.info("leader stopped", extra=fields(id=settings.id))
 
 
-async def _table_keeper(
-    container: LeaderContainer, stack: AsyncExitStack, mode: ConsumptionMode
-) -> TableKeeper | None:
-    """The keeper of the landing table, its zone entered on ``stack``; None when this
-    leader keeps no table up (and the log says why)."""
+def _table_keeper(container: LeaderContainer, mode: ConsumptionMode) -> TableKeeper | None:
+    """The keeper of the landing table; None when this leader keeps no table up (and the
+    log says why)."""
     location = container.upkeep().data_dir
     if location is None:
         log.info("table upkeep off: SHOAL_LEADER_DATA_DIR names no landing zone")
@@ -182,8 +179,7 @@ async def _table_keeper(
         )
         return None
     settings: TableSettings = container.table()
-    zone = await stack.enter_async_context(open_landing_zone(location, table=settings))
-    return TableKeeper.of(zone, settings, metrics=TableMetrics(container.registry()))
+    return TableKeeper.at(location, settings, metrics=TableMetrics(container.registry()))
 
 
 def configure_scaling(container: LeaderContainer) -> None:

@@ -51,7 +51,8 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
-from adapters.s3 import S3Location, S3Settings, s3_client
+from adapters.s3 import S3Location, S3Settings
+from adapters.s3.client import s3_client
 from infra.local.kafka import start_kafka
 from infra.local.servers import RunningMinio, start_etcd, start_minio, start_nats
 from services.cli.devices import LoadGenerator, LoadPlan

@@ -62,7 +62,8 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.delta import TableSettings
-from adapters.s3 import S3Settings, s3_client
+from adapters.s3 import S3Settings
+from adapters.s3.client import s3_client
 from core.errors import CommitConflictError
 from core.messages import Envelope, LandedRow
 from core.table import log_key, transaction_app_id
@@ -270,7 +271,7 @@ async def _upkeep(job: Job, stop: multiprocessing.synchronize.Event) -> None:
     rounds: list[Round] = []
     log_files_removed = 0
     async with job.zone() as zone:
-        keeper = TableKeeper.of(zone, settings)
+        keeper = TableKeeper(zone.upkeep, settings, location=zone.address.uri)
         # Waiting out the interval on the stop event: the parent sets it when the writers
         # are done, and the round in progress finishes first.
         while not await anyio.to_thread.run_sync(stop.wait, settings.upkeep_interval):

@@ -17,7 +17,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from adapters.delta import DeltaLandedTable
+from adapters.delta.table import DeltaLandedTable
 from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,

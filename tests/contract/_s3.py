@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from adapters.s3 import S3Location, S3Settings, s3_client
+from adapters.s3 import S3Location, S3Settings
+from adapters.s3.client import s3_client
 from infra.local._testservers import ServerInfo
 
 __all__ = ["fresh_bucket", "s3_env", "settings_for"]

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from adapters.parquet import LANDED_SCHEMA, ParquetSettings, ParquetSink
-from adapters.s3 import S3ParquetSink
+from adapters.s3.sink import S3ParquetSink
 from core.errors import OwnershipLostError
 from core.ports import Sink
 from tests.contract._s3 import fresh_bucket

@@ -281,11 +281,14 @@ async def test_a_checkpoint_forgets_files_removed_before_the_vacuum_retention(
         assert checkpoint.column("remove").drop_null().length() == 0
 
 
-async def test_a_compaction_that_fails_is_an_os_error_with_its_cause(tmp_path: Path) -> None:
-    """Compaction runs in a child process; its failure comes back as the caller's error."""
-    upkeep = DeltaTableUpkeep(str(tmp_path / "no-table"), log_size=lambda: (0, 0))
-    with pytest.raises(OSError, match=r"compaction process exited 1: TableNotFoundError"):
+async def test_a_call_that_fails_is_an_os_error_with_its_cause(tmp_path: Path) -> None:
+    """Every call runs in a child process; its failure comes back as the caller's error."""
+    upkeep = DeltaTableUpkeep(str(tmp_path / "no-table"))
+    assert not await upkeep.exists()
+    with pytest.raises(OSError, match=r"compact failed \(exit 1\): TableNotFoundError"):
         await upkeep.compact([DAY1], TARGET)
+    with pytest.raises(OSError, match=r"health failed \(exit 1\): TableNotFoundError"):
+        await upkeep.health(SMALL)
     assert not (tmp_path / "no-table").exists(), "nothing created"
 
 

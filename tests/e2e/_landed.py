@@ -32,10 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from adapters.s3 import S3Location, S3Settings, s3_client
-from services.common.landing_zone import is_object_store
+from adapters.s3 import S3Location, S3Settings
+from adapters.s3.client import s3_client
 from services.common.table import landed_table
 from services.common.table import read_landed as read_table_rows
+from services.common.table_address import is_object_store
 
 __all__ = [
     "COLUMNS",

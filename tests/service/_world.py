@@ -16,7 +16,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 
-from adapters.delta import DeltaLandedTable
+from adapters.delta.table import DeltaLandedTable
 from adapters.memory import (
     InMemoryAssignmentStore,
     InMemoryCoordination,

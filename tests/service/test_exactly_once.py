@@ -18,7 +18,7 @@ import anyio
 import pytest
 from anyio.streams.memory import MemoryObjectSendStream
 
-from adapters.delta import DeltaLandedTable
+from adapters.delta.table import DeltaLandedTable
 from core.messages import LandedRow
 from core.ports import LandedTable, Sink
 from core.table import LandedFile, LogKey

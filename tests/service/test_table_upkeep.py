@@ -51,12 +51,8 @@ def _settings(**overrides: Any) -> TableSettings:
     return TableSettings(upkeep_interval=ROUNDS, **overrides)
 
 
-async def _keeper(
-    world: World, stack: AsyncExitStack, registry: CollectorRegistry, **overrides: Any
-) -> TableKeeper:
-    settings = _settings(**overrides)
-    zone = await stack.enter_async_context(open_landing_zone(world.data_dir, table=settings))
-    return TableKeeper.of(zone, settings, metrics=TableMetrics(registry))
+def _keeper(world: World, registry: CollectorRegistry, **overrides: Any) -> TableKeeper:
+    return TableKeeper.at(world.data_dir, _settings(**overrides), metrics=TableMetrics(registry))
 
 
 async def _start_leader(world: World, leader_id: str, keeper: TableKeeper) -> LeaderLoop:
@@ -113,12 +109,24 @@ async def _land_commits(zone: LandingZone, commits: int, day: str = CLOSED_DAY) 
     return ids
 
 
+def _round_done_with(keeper: TableKeeper, rows: int) -> bool:
+    """A round read ``rows`` and ended: its last health read follows its checkpoint."""
+    health, checkpoint = keeper.last_health, keeper.last_checkpoint
+    return (
+        health is not None
+        and health.rows == rows
+        and checkpoint is not None
+        and keeper.health_read_at is not None
+        and keeper.health_read_at >= checkpoint.at
+    )
+
+
 async def test_the_active_leader_compacts_what_handlers_land_and_shows_it(
     world: World,
 ) -> None:
     registry = CollectorRegistry()
     async with AsyncExitStack() as stack:
-        keeper = await _keeper(world, stack, registry, open_day_files=3)
+        keeper = _keeper(world, registry, open_day_files=3)
         leader = await _start_leader(world, "l1", keeper)
         await world.start_handler("h1")
         ids: set[str] = set()
@@ -126,10 +134,7 @@ async def test_the_active_leader_compacts_what_handlers_land_and_shows_it(
             ids |= await world.publish(20, ("a", "b"))
             await world.until_landed(ids)
         await _until(lambda: keeper.last_compaction is not None, "a compaction")
-        await _until(
-            lambda: keeper.last_health is not None and keeper.last_health.rows == len(ids),
-            "a round after the last commit",
-        )
+        await _until(lambda: _round_done_with(keeper, len(ids)), "a round after the last commit")
 
         live = LiveStatus(await status_reader(world, stack, BacklogReader(world.transport, 2)))
         tg = await stack.enter_async_context(anyio.create_task_group())
@@ -179,8 +184,8 @@ def _samples(exposition: str) -> dict[str, float]:
 
 async def test_only_the_active_leader_keeps_the_table_up(world: World) -> None:
     async with AsyncExitStack() as stack:
-        first = await _keeper(world, stack, CollectorRegistry())
-        second = await _keeper(world, stack, CollectorRegistry())
+        first = _keeper(world, CollectorRegistry())
+        second = _keeper(world, CollectorRegistry())
         zone = await stack.enter_async_context(open_landing_zone(world.data_dir))
         ids = await _land_commits(zone, 3)
         l1 = await _start_leader(world, "l1", first)
@@ -210,7 +215,7 @@ async def test_a_failing_round_is_logged_counted_and_retried_and_leadership_stay
 ) -> None:
     registry = CollectorRegistry()
     async with AsyncExitStack() as stack:
-        keeper = await _keeper(world, stack, registry)
+        keeper = _keeper(world, registry)
         zone = await stack.enter_async_context(open_landing_zone(world.data_dir))
         ids = await _land_commits(zone, 2)
         # A commit file nobody can read: every read of the table fails until it goes.

@@ -233,11 +233,9 @@ def _round(zone_dir: Path) -> dict[str, Any]:
     """The ``table`` section after one round of a keeper over ``zone_dir``."""
 
     async def one_round() -> dict[str, Any]:
-        settings = TableSettings()
-        async with open_landing_zone(zone_dir, table=settings) as zone:
-            keeper = TableKeeper.of(zone, settings)
-            await keeper.round()
-            return keeper.status()
+        keeper = TableKeeper.at(zone_dir, TableSettings())
+        await keeper.round()
+        return keeper.status()
 
     return anyio.run(one_round)
 

@@ -23,7 +23,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import EncodedFile, ParquetSettings, encode_files
-from adapters.s3._client import S3Location, delete_objects
+from adapters.s3._location import S3Location
+from adapters.s3.client import delete_objects
 from core.errors import OwnershipLostError
 from core.messages import LandedRow
 from core.table import LandedFile

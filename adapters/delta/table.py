@@ -1,5 +1,6 @@
 """``DeltaLandedTable``: the LandedTable port on a Delta Lake table (delta-rs), on a local
-path or ``s3://bucket/prefix``."""
+path or ``s3://bucket/prefix``; ``open_table``, which creates the table when there is none;
+the table's schema."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from typing import Any, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 import pyarrow as pa
-from deltalake import DeltaTable, QueryBuilder
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
@@ -24,16 +29,17 @@ from deltalake.transaction import (
 
 from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import LANDED_SCHEMA
+from adapters.delta._layout import PARTITION_COLUMN
 from adapters.delta._settings import TableSettings
 from core.errors import CommitConflictError
-from core.table import LandedFile, LogKey, log_key, transaction_app_id
+from core.table import LandedFile, LogKey, transaction_app_id
 
-__all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "DeltaLandedTable", "open_table"]
+__all__ = ["TABLE_SCHEMA", "DeltaLandedTable", "open_table"]
 
-PARTITION_COLUMN = "date"
 TABLE_SCHEMA = LANDED_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string(), nullable=False))
 _CONFLICT = "Concurrent transaction"
 _TOKENS = "shoal.tokens"  # in a commit's commit info: the tokens it set, by log
+_PLACE_COLUMNS = ["log_id", "partition", "position"]
 _HISTORY_LIMIT = 1000  # commits since the last snapshot read for their tokens, at most
 # delta-rs cleans expired log entries after every commit when the table allows it, which
 # lists the whole log three times (on a local disk a stat per entry: a commit took 38 ms
@@ -116,7 +122,7 @@ class DeltaLandedTable(Lifecycle):
             return snapshot, snapshot.history(limit=gap) if gap else []
 
         try:
-            snapshot, commits = await in_thread(read)
+            snapshot, commits = await _in_thread(read)
         except BaseException:
             # The held snapshot may have moved on without the tokens: start over.
             self._snapshot, self._version = None, None
@@ -157,31 +163,25 @@ class DeltaLandedTable(Lifecycle):
         if not floors:
             return {}
         snapshot = self._current()
-        wanted = {key: _split(key) for key in floors}
+        wanted = {_split(key): (key, floor) for key, floor in floors.items()}
 
         def read() -> Mapping[LogKey, frozenset[int]]:
-            # DataFusion through delta-rs, not pyarrow.dataset: that one imports pandas
-            # where it is installed, 45 MB more in every handler.
-            condition = " OR ".join(
-                f"(log_id = {_sql_text(log_id)} AND partition = {int(partition)} "
-                f"AND position >= {int(floors[key])})"
-                for key, (log_id, partition) in wanted.items()
-            )
-            found = (
-                QueryBuilder()
-                .register("landed", snapshot)
-                .execute(f"SELECT log_id, partition, position FROM landed WHERE {condition}")
-            )
+            # The snapshot's files whose statistics allow a wanted position, three columns
+            # of each, a row group at a time: not DataFusion (a session that stays, 28 MB
+            # in every handler) nor pyarrow.dataset (it imports pandas where installed).
+            files = pa.table(snapshot.get_add_actions(flatten=True)).to_pylist()
+            store = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
             positions: dict[LogKey, set[int]] = {key: set() for key in floors}
-            for batch in found:
-                columns = pa.record_batch(batch).to_pydict()
-                for log_id, partition, position in zip(
-                    columns["log_id"], columns["partition"], columns["position"], strict=True
-                ):
-                    positions[log_key(log_id, partition)].add(position)
+            for file in files:
+                if not any(_may_hold(file, *place, floor) for place, (_, floor) in wanted.items()):
+                    continue
+                with store.open_input_file(file["path"]) as stream:
+                    for batch in pq.ParquetFile(stream).iter_batches(columns=_PLACE_COLUMNS):
+                        for log_id, partition, position in _at_or_above(batch, wanted):
+                            positions[wanted[log_id, partition][0]].add(position)
             return {key: frozenset(p) for key, p in positions.items()}
 
-        return await in_thread(read)
+        return await _in_thread(read)
 
     async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:
         snapshot = self._current()
@@ -211,7 +211,7 @@ class DeltaLandedTable(Lifecycle):
                 raise
 
         with anyio.CancelScope(shield=True):
-            await in_thread(commit)
+            await _in_thread(commit)
 
     async def holds(self, paths: Collection[str]) -> bool:
         snapshot = self._current()
@@ -222,7 +222,7 @@ class DeltaLandedTable(Lifecycle):
             )
             return all(p in active for p in paths)
 
-        return await in_thread(read)
+        return await _in_thread(read)
 
     def _current(self) -> DeltaTable:
         if self._snapshot is None:
@@ -230,8 +230,36 @@ class DeltaLandedTable(Lifecycle):
         return self._snapshot
 
 
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+def _may_hold(file: Mapping[str, Any], log_id: str, partition: int, floor: int) -> bool:
+    """Whether a file's statistics (``get_add_actions(flatten=True)``; None where a writer
+    kept none) allow a row of ``log_id``'s ``partition`` at ``floor`` or above."""
+
+    def within(column: str, value: Any) -> bool:
+        least, greatest = file.get(f"min.{column}"), file.get(f"max.{column}")
+        return (least is None or least <= value) and (greatest is None or value <= greatest)
+
+    greatest_position = file.get("max.position")
+    return (
+        within("log_id", log_id)
+        and within("partition", partition)
+        and (greatest_position is None or greatest_position >= floor)
+    )
+
+
+def _at_or_above(
+    batch: pa.RecordBatch, wanted: Mapping[tuple[str, int], tuple[LogKey, int]]
+) -> list[tuple[str, int, int]]:
+    """The (log id, partition, position) of ``batch``'s rows at or above their log's floor."""
+    log_id, partition, position = (batch.column(c) for c in _PLACE_COLUMNS)
+    keep = None
+    for (wanted_log, wanted_partition), (_, floor) in wanted.items():
+        match = pc.and_(
+            pc.and_(pc.equal(log_id, wanted_log), pc.equal(partition, wanted_partition)),
+            pc.greater_equal(position, floor),
+        )
+        keep = match if keep is None else pc.or_(keep, match)
+    found = batch.filter(keep).to_pydict()
+    return list(zip(*(found[c] for c in _PLACE_COLUMNS), strict=True))
 
 
 def _split(key: LogKey) -> tuple[str, int]:
@@ -239,7 +267,7 @@ def _split(key: LogKey) -> tuple[str, int]:
     return log_id, int(partition)
 
 
-async def in_thread(function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+async def _in_thread(function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     """``function`` in a worker thread, delta-rs's errors as ``OSError``."""
 
     def run() -> _T:
