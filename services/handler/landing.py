@@ -372,24 +372,36 @@ class Lander:
             raise OwnershipLostError("the lease was about to expire before the commit")
         attempt = _Attempt(secrets.randbits(62) + 1, plan, rows, files)
         try:
-            await self._table.commit(files, dict.fromkeys(plan.positions, attempt.token))
-        except CommitConflictError:
-            await self._table.refresh()
-            if await self._landed(attempt):
-                return rows, files
-            log.info(
-                "commit refused: another writer landed some of the batch's partitions "
-                "first; planning again",
-                extra=fields(partitions=len(plan.positions), files=len(files)),
-            )
-            await self._sink.discard(files)
-            self._tokens.clear()  # look at every log again
-            return None
+            try:
+                await self._table.commit(files, dict.fromkeys(plan.positions, attempt.token))
+            except CommitConflictError:
+                # Told apart even when cancelled meanwhile (a lease lost during the
+                # commit), within the write timeout: else the files would stay behind,
+                # named by no version, until the vacuum.
+                with anyio.CancelScope(shield=True), anyio.fail_after(self._options.write_timeout):
+                    return await self._after_conflict(attempt)
         except BaseException:
             batch.unconfirmed = attempt  # resolved by the tokens before the next plan
             raise
         self._settle(plan, attempt.token)
         return rows, files
+
+    async def _after_conflict(
+        self, attempt: _Attempt
+    ) -> tuple[list[LandedRow], Sequence[LandedFile]] | None:
+        """After a refused commit: its rows and files when it landed after all (its answer
+        was lost), else None with its files deleted (another writer's commit came first)."""
+        await self._table.refresh()
+        if await self._landed(attempt):
+            return attempt.rows, attempt.files
+        log.info(
+            "commit refused: another writer landed some of the batch's partitions "
+            "first; planning again",
+            extra=fields(partitions=len(attempt.plan.positions), files=len(attempt.files)),
+        )
+        await self._sink.discard(attempt.files)
+        self._tokens.clear()  # look at every log again
+        return None
 
     async def _plan(self, batch: _Batch) -> LandingPlan:
         """``plan_landing`` against the table, after rebuilding the view of each log whose

@@ -5,6 +5,8 @@ in-memory adapters (contract-tested like the real ones) and a real Parquet sink:
   dead-letters nothing: the batch stays buffered, kept alive, and is written again;
 - a handler stalled between its ownership check and its rename, past its lease, makes
   nothing visible, and the messages land (once) after it rejoins;
+- a handler whose commit is refused while its lease runs out (a zombie fenced by the
+  table) deletes the files of that commit all the same;
 - a failure in one partition (the broker refusing to open it) stays in that partition.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,14 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from adapters.delta.table import DeltaLandedTable
 from adapters.parquet import ParquetSettings, ParquetSink
-from core.errors import OwnershipLostError
+from core.errors import CommitConflictError, OwnershipLostError
 from core.messages import LandedRow
 from core.model import Partition
 from core.partitioning import partition_for
 from core.ports import Sink, Subscription
-from core.table import LandedFile
+from core.table import LandedFile, LogKey
 from tests.service._world import World, world_of
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +101,28 @@ class StallingSink(ParquetSink):
             raise
         self.outcomes[index] = "written"
         return written
+
+
+class FencedTable(DeltaLandedTable):
+    """The real table, whose first commit is refused the way the table fences a zombie,
+    once the handler's lease is lost (its renewals paused while the commit was on its
+    way): the handler learns both at once."""
+
+    def __init__(self, uri: str, pause: Callable[[], None], lost: Callable[[], bool]) -> None:
+        super().__init__(uri)
+        self.pause, self.lost = pause, lost
+        self.refused: list[LandedFile] = []
+
+    async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:
+        if not self.refused:
+            self.refused.extend(files)
+            self.pause()
+            # Shielded as the real commit is: it ends whatever its caller's fate.
+            with anyio.CancelScope(shield=True), anyio.fail_after(LIMIT):
+                while not self.lost():  # noqa: ASYNC110 (the lease offers no event here)
+                    await anyio.sleep(0.02)
+            raise CommitConflictError("Concurrent transaction failed (a zombie's commit)")
+        await super().commit(files, tokens)
 
 
 @pytest.fixture
@@ -198,6 +223,26 @@ async def test_a_handler_stalled_before_storing_its_file_past_its_lease_makes_no
     assert stale == [], f"the stalled write made {len(stale)} rows visible"
     rows = await world.until_landed(ids, within=ACK_WAIT * 2 + 15)
     _once(rows, ids)
+    assert world.metrics["h1"].lease_losses._value.get() >= 1
+
+
+async def test_a_commit_refused_as_the_lease_runs_out_leaves_none_of_its_files(
+    world: World,
+) -> None:
+    def pause() -> None:  # h1's lease is there only once it has joined
+        world.state.member_leases["h1"].pause_renewal()
+
+    table = FencedTable(
+        str(world.data_dir), pause=pause, lost=lambda: "h1" not in world.state.model.members
+    )
+    await world.start_leader("leader")
+    await world.start_handler("h1", table=table, keepalive_interval=0.3, retry_delay=0.1)
+    ids = await world.publish(50)
+    rows = await world.until_landed(ids, within=ACK_WAIT * 2 + LIMIT)
+    _once(rows, ids)
+    assert table.refused, "the first commit was refused"
+    left = [f.path for f in table.refused if (world.data_dir / f.path).exists()]
+    assert left == [], "the refused commit's files were deleted"
     assert world.metrics["h1"].lease_losses._value.get() >= 1
 
 
