@@ -5,8 +5,7 @@ LandedTable port, is ``adapters.delta.table.DeltaLandedTable`` (commits fenced b
 transactions: ``core.table``). That one is a module of its own because it imports delta-rs
 and pyarrow, 70 MB a leader that only keeps the table up does without."""
 
-from adapters.delta._layout import LOG_FOLDER, PARTITION_COLUMN
 from adapters.delta._settings import TableSettings
 from adapters.delta._upkeep import DeltaTableUpkeep
 
-__all__ = ["LOG_FOLDER", "PARTITION_COLUMN", "DeltaTableUpkeep", "TableSettings"]
+__all__ = ["DeltaTableUpkeep", "TableSettings"]
