@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from io import FileIO
 from pathlib import Path
-from typing import IO
 
 import anyio
 
@@ -36,21 +36,22 @@ class JsonlLedger(Lifecycle):
     """``async with JsonlLedger(directory, gateway_id) as ledger: await ledger.record(e)``.
 
     A crash can cut the last line short; readers skip such a line. Appending to an existing
-    file is safe: each gateway process has its own id, so its own file.
+    file is safe: each gateway process has its own id, so its own file. A write the disk
+    refuses (full) raises ``OSError`` and leaves at most a part of its line, which the next
+    write ends first: an entry written again after a failure stands on a line of its own.
     """
 
     def __init__(self, directory: Path, gateway_id: str, sync_interval: float = 1.0) -> None:
         self.path = directory / f"{gateway_id}.jsonl"
         self._sync_interval = sync_interval
-        self._file: IO[str] | None = None
+        self._file: FileIO | None = None
         self._dirty = False
+        self._torn = False  # the file may end mid-line
 
     async def _connect(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        torn = self._ends_mid_line()
-        self._file = self.path.open("a", encoding="utf-8")
-        if torn:
-            self._file.write("\n")  # end the line a crash cut short, so ours stand alone
+        self._torn = self._ends_mid_line()  # a crash cut the last line short
+        self._file = FileIO(self.path, "a")  # unbuffered: a refused write keeps nothing back
         self._tasks.start_soon(self._sync_periodically)
 
     async def _disconnect(self) -> None:
@@ -73,10 +74,14 @@ class JsonlLedger(Lifecycle):
     async def record(self, entry: LedgerEntry) -> None:
         if self._file is None:
             raise OSError("ledger is not open")
+        line = ("\n" if self._torn else "") + ledger_line(entry) + "\n"
+        rest = memoryview(line.encode())
         # A few hundred bytes to the page cache: cheaper than a thread hop.
-        self._file.write(ledger_line(entry) + "\n")
-        self._file.flush()
-        self._dirty = True
+        self._torn = True
+        while rest:
+            rest = rest[self._file.write(rest) or 0 :]
+            self._dirty = True
+        self._torn = False
 
     def _sync(self) -> None:
         if self._file is not None and self._dirty:

@@ -31,7 +31,7 @@ from core.tracking import RecentSet, SeriesCounters
 from services.common.logs import fields
 from services.common.metrics import metrics_response
 from services.gateway.idempotency import IdempotentIngest, idempotency_key
-from services.gateway.publishing import Publisher, RecordedPublish
+from services.gateway.publishing import LedgerBook, Publisher, RecordedPublish
 
 log = logging.getLogger("shoal.gateway")
 
@@ -151,8 +151,9 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport``, ``ledger``, ``api_keys`` and
     ``idempotency`` (entered before, closed after). With a ledger, every reserved sequence
-    range is recorded as accepted or refused before the answer is sent, whatever fails after
-    the reservation (a failure then answers 503, never 500). Past
+    range is recorded as accepted or refused, whatever fails after the reservation (a
+    failure then answers 503, never 500); a line the ledger refuses waits in memory
+    (``LedgerBook``) and nothing new is published until it is written. Past
     ``max_concurrent_requests`` ingest requests in flight, the next is answered 503 with
     Retry-After at once.
 
@@ -213,9 +214,10 @@ def create_app(
             **{"Retry-After": str(max(1, math.ceil(wait)))},
         )
 
+    book = LedgerBook(ledger) if ledger is not None else None
     publish = RecordedPublish(
         transport=transport,
-        ledger=ledger,
+        ledger=book,
         state=state,
         metrics=metrics,
         partitions=partitions,
@@ -303,6 +305,8 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        if book is not None and not await book.catch_up():
+            return JSONResponse({"status": "unavailable", "error": book.problem}, status_code=503)
         try:
             with anyio.fail_after(2.0):
                 await transport.backlog(0)

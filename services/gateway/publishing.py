@@ -4,6 +4,13 @@ Both ingest paths (a plain request and one with an ``Idempotency-Key``) end here
 project's announcement goes out with the messages on its first request at this gateway,
 the sequence range is recorded in the ledger as accepted or refused before the answer is
 decided, and any failure is a 503 with ``Retry-After``, never a 500.
+
+The ledger never changes an answer (``LedgerBook``): a batch the broker stored is a 202
+even when its ledger line cannot be written (a 500 would make a client without an
+Idempotency-Key send it again: a duplicate). The line is kept and written before any
+other, and until it is written the gateway publishes nothing new (503, and ``/readyz``
+says why), so the answers and the ledger agree again as soon as the ledger takes writes,
+and at most the requests already at the broker wait in memory.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from services.common.logs import fields
 if TYPE_CHECKING:
     from services.gateway.app import GatewayMetrics, GatewayState
 
-__all__ = ["Publisher", "RecordedPublish"]
+__all__ = ["LedgerBook", "Publisher", "RecordedPublish"]
 
 log = logging.getLogger("shoal.gateway")
 
@@ -41,10 +48,46 @@ class Publisher(Protocol):
     async def backlog(self, partition: int) -> int: ...
 
 
+class LedgerBook:
+    """The ledger as the gateway writes it: entries in answer order, one the ledger refused
+    kept and written again before the next."""
+
+    def __init__(self, ledger: AcceptanceLedger) -> None:
+        self._ledger = ledger
+        self._unwritten: list[LedgerEntry] = []
+        self.problem: str | None = None  # why the ledger is behind, while it is
+
+    async def record(self, entry: LedgerEntry) -> None:
+        """Write ``entry`` after every entry still unwritten; an entry the ledger refuses
+        waits (never raises)."""
+        self._unwritten.append(entry)
+        await self.catch_up()
+
+    async def catch_up(self) -> bool:
+        """Write what waits; True once nothing does."""
+        while self._unwritten:
+            try:
+                await self._ledger.record(self._unwritten[0])
+            except OSError as exc:
+                if self.problem is None:
+                    log.error(
+                        "acceptance ledger refused a write; publishing nothing new until it "
+                        "takes them again",
+                        extra=fields(waiting=len(self._unwritten), error=str(exc)),
+                    )
+                self.problem = f"the acceptance ledger cannot be written: {exc}"
+                return False
+            del self._unwritten[0]
+        if self.problem is not None:
+            log.info("acceptance ledger written again; publishing resumes")
+            self.problem = None
+        return True
+
+
 @dataclass(frozen=True)
 class RecordedPublish:
     transport: Publisher
-    ledger: AcceptanceLedger | None
+    ledger: LedgerBook | None
     state: GatewayState
     metrics: GatewayMetrics
     partitions: int
@@ -65,6 +108,13 @@ class RecordedPublish:
         once the broker confirmed them, else the 503 to answer. ``announce_apart``: the
         announcement is a publish of its own, so that a retried request publishes exactly
         the same batch of messages (what an idempotent request needs)."""
+        if self.ledger is not None and not await self.ledger.catch_up():
+            # The last answers are not all in the ledger yet: a new acceptance would be
+            # one more the ledger does not show.
+            await self._record(project_id, envelopes, series, received_at, Outcome.REFUSED)
+            return self.refuse(
+                503, str(self.ledger.problem), **{"Retry-After": str(self.retry_after_seconds)}
+            )
         state = self.state
         first_time = project_id not in state.announced
         batches: list[list[Envelope]] = [list(envelopes)]

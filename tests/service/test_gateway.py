@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import anyio
 import httpx
@@ -13,11 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adapters.ledger import JsonlLedger
 from adapters.memory import InMemoryLedger, InMemoryTransport
 from core.errors import PublishError
 from core.ingest import IngestLimits
-from core.messages import Envelope, MessageKind, Outcome
+from core.messages import Envelope, LedgerEntry, MessageKind, Outcome
 from core.partitioning import partition_for
+from core.ports import AcceptanceLedger
 from services.gateway.app import create_app
 
 pytestmark = pytest.mark.anyio
@@ -31,7 +34,7 @@ class RefusingTransport(InMemoryTransport):
 
 
 async def _client(
-    transport: InMemoryTransport, ledger: InMemoryLedger | None = None
+    transport: InMemoryTransport, ledger: AcceptanceLedger | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(
         transport,
@@ -309,6 +312,58 @@ async def test_ledger_records_accepted_and_refused_ranges_when_a_ledger_is_given
         ("dev-5", 1, 2, Outcome.ACCEPTED),
         ("dev-5", 1, 1, Outcome.REFUSED),  # a second gateway app: its own sequences
     ]
+
+
+class FailingLedger(InMemoryLedger):
+    """A ledger on a volume that refuses writes while ``failing`` (a full disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = True
+
+    async def record(self, entry: LedgerEntry) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        await super().record(entry)
+
+
+async def test_a_ledger_that_fails_after_the_broker_stored_never_turns_a_202_into_a_500() -> None:
+    ledger = FailingLedger()
+    async with InMemoryTransport() as memory:
+        async for client in _client(memory, ledger):
+            stored = await client.post("/v1/projects/dev-6/messages", json={"a": 1})
+            assert stored.status_code == 202  # the broker has it: retrying would duplicate it
+            refused = await client.post("/v1/projects/dev-6/messages", json={"a": 2})
+            assert refused.status_code == 503
+            assert refused.headers["Retry-After"] == "3"
+            assert "No space left on device" in refused.json()["error"]
+            assert (await client.get("/readyz")).status_code == 503
+            assert len(await _stored(memory, partition_for("dev-6", 128))) == 2  # +announcement
+            assert ledger.entries == []
+
+            ledger.failing = False
+            assert (await client.get("/readyz")).status_code == 200
+            again = await client.post("/v1/projects/dev-6/messages", json={"a": 3})
+            assert again.status_code == 202
+    assert [(e.first_sequence, e.last_sequence, e.outcome) for e in ledger.entries] == [
+        (1, 1, Outcome.ACCEPTED),
+        (2, 2, Outcome.REFUSED),
+        (3, 3, Outcome.ACCEPTED),
+    ]
+
+
+async def test_a_full_disk_under_the_jsonl_ledger_is_a_202_then_503s(tmp_path: Path) -> None:
+    """The file ledger on a device that is always full (/dev/full): the stored batch is a
+    202, nothing after it is published, nothing answers 500."""
+    (tmp_path / "gw-test.jsonl").symlink_to("/dev/full")
+    async with InMemoryTransport() as memory, JsonlLedger(tmp_path, "gw-test") as ledger:
+        async for client in _client(memory, ledger):
+            answers = [
+                (await client.post("/v1/projects/dev-7/messages", json={"n": n})).status_code
+                for n in range(3)
+            ]
+            assert answers == [202, 503, 503]
+            assert len(await _stored(memory, partition_for("dev-7", 128))) == 2  # +announcement
 
 
 # -- fuzz: no input yields a 5xx, nothing but JSON objects is ever published ------------------
