@@ -2,6 +2,10 @@
 queue, the idempotency store and the NATS KV coordination adapters all connect here; shared
 by ``adapters.nats`` and ``adapters.natskv``, so it lives outside both).
 
+Each caller names the server features it relies on (``core.server_floors``); a server
+older than them is refused with ``IncompatibleServerError`` right after the handshake,
+because nats-server does not refuse what it cannot do (it drops unknown stream settings).
+
 nats-py retries a refused login like an unreachable server when reconnecting is allowed,
 so a wrong password would look like a timeout. ``connect`` stops at the first
 authorization error (or server certificate that does not verify) instead and raises
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -20,6 +24,8 @@ from nats.aio.client import Client
 
 from adapters._credentials import redact_url, ssl_context
 from adapters._nats_settings import NatsSettings
+from core.errors import IncompatibleServerError
+from core.server_floors import Feature, refusal
 
 __all__ = ["connect", "connect_options", "describe"]
 
@@ -80,15 +86,29 @@ async def connect(
     s: NatsSettings,
     *,
     name: str,
+    needs: Iterable[Feature],
     error_cb: Callable[[Exception], Awaitable[None]],
     **options: Any,
 ) -> Client:
     """A connected client (bounded by ``s.connect_timeout``, ``TimeoutError`` past it,
     naming the last error seen); ``PermissionError`` at once when the server refuses the
-    credentials or its certificate does not verify."""
+    credentials or its certificate does not verify; ``IncompatibleServerError`` when the
+    server is older than the features the caller ``needs``."""
     client = Client()
     last: list[BaseException] = []
     connecting = True
+    accepted = False  # the caller's connection callbacks hear of nothing before this
+
+    def once_accepted(callback: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        async def relay() -> None:
+            if accepted:
+                await callback()
+
+        return relay
+
+    for key in ("disconnected_cb", "reconnected_cb", "closed_cb"):
+        if options.get(key) is not None:
+            options[key] = once_accepted(options[key])
 
     async def on_error(exc: Exception) -> None:
         if connecting:
@@ -124,8 +144,23 @@ async def connect(
         raise
     finally:
         connecting = False
+    problem = refusal(f"nats-server at {_server_of(client)}", _version_of(client), needs)
+    if problem is not None:
+        await _abandon(client)
+        raise IncompatibleServerError(problem)
+    accepted = True
     log.debug("NATS connected to %s", describe(s))
     return client
+
+
+def _server_of(client: Client) -> str:
+    url = client.connected_url
+    return redact_url(url.geturl()) if url is not None else "?"
+
+
+def _version_of(client: Client) -> str:
+    version = client.connected_server_version  # 0.0.0 when the server sent none
+    return f"{version.major}.{version.minor}.{version.patch}"
 
 
 async def _abandon(client: Client) -> None:

@@ -9,6 +9,10 @@ coordination adapter: the server fsync only) connects.
   logged.
 - The stream must have the storage and the replicas asked for, and every replica should be
   current (a lagging one is logged: the stream still takes writes on a quorum).
+- A feature switched on in the configuration (``allow_atomic``, ``allow_msg_ttl``) must
+  come back switched on: a server too old for it drops it without an error, which the
+  version check at connect time (``core.server_floors``) should already have refused; a
+  cluster with one old server in it is caught here.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from collections.abc import Sequence
 import httpx
 from nats.js import api as js_api
 
-from core.errors import DurabilityError
+from core.errors import DurabilityError, IncompatibleServerError
+from core.server_floors import NATS_ATOMIC_BATCH, NATS_MESSAGE_TTL, Feature
 
 __all__ = ["check_server_fsync", "check_stream"]
 
@@ -64,10 +69,23 @@ async def check_server_fsync(
             log.warning("%s (accepted: SHOAL_NATS_REQUIRE_SYNC_ALWAYS=false)", problem)
 
 
+_SWITCHED_ON: dict[str, Feature] = {
+    "allow_atomic": NATS_ATOMIC_BATCH,
+    "allow_msg_ttl": NATS_MESSAGE_TTL,
+}
+
+
 def check_stream(info: js_api.StreamInfo, wanted: js_api.StreamConfig) -> None:
     """``DurabilityError`` when the stream's storage or replica count is not the one asked
-    for; a replica that is not current is logged."""
+    for, ``IncompatibleServerError`` when a feature asked for did not come back; a replica
+    that is not current is logged."""
     config = info.config
+    for setting, feature in _SWITCHED_ON.items():
+        if getattr(wanted, setting, None) and not getattr(config, setting, None):
+            raise IncompatibleServerError(
+                f"stream {wanted.name}: the server dropped {setting} ({feature.name}): "
+                f"every server of the cluster must be nats-server >= {feature.since}"
+            )
     if config.storage != wanted.storage or (config.num_replicas or 1) != (wanted.num_replicas or 1):
         raise DurabilityError(
             f"stream {wanted.name} has storage {config.storage} with "

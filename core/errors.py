@@ -7,7 +7,9 @@
   - ``UnknownStrategyError`` (a ``LookupError``), ``InvalidScalingSettings`` (a ``ValueError``)
   - coordination: ``StoreUnavailableError``, ``LeaseLostError``, ``MemberExistsError``,
     ``FencedError``
-  - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``)
+  - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``),
+    ``DurabilityError``
+  - any server: ``IncompatibleServerError``
   - landing: ``OwnershipLostError``, ``CommitConflictError``
   - routing: ``RouteError`` (a ``ValueError``), ``RouteConflictError``
 
@@ -78,6 +80,12 @@ class BrokerUnavailableError(ShoalError, TimeoutError):
 class DurabilityError(ShoalError):
     """The broker would not keep what it acknowledges as durably as configured (no fsync
     of each write, fewer replicas, other storage): refusing to run beats losing acked data."""
+
+
+class IncompatibleServerError(ShoalError):
+    """A server older than the features shoal relies on (``core.server_floors``), or one
+    that dropped a setting it was given: refusing to start beats a guarantee that silently
+    does not hold."""
 
 
 class StoreUnavailableError(ShoalError):

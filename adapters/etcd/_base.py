@@ -12,7 +12,8 @@ from adapters.etcd._client import EtcdClient
 from adapters.etcd._keys import Keys
 from adapters.etcd._lease import Lease
 from adapters.etcd._settings import EtcdSettings
-from core.errors import ShoalError
+from core.errors import IncompatibleServerError, ShoalError
+from core.server_floors import ETCD, refusal
 
 _log = logging.getLogger(__name__)
 
@@ -33,6 +34,11 @@ class EtcdAdapter(Lifecycle):
 
     async def _connect(self) -> None:
         await self._client.connect()
+        problem = refusal(
+            f"etcd at {self._client.where}", await self._client.server_version(), (ETCD,)
+        )
+        if problem is not None:
+            raise IncompatibleServerError(problem)
 
     async def _wind_down(self) -> None:
         with anyio.move_on_after(self.settings.close_timeout):

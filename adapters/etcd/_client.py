@@ -103,7 +103,7 @@ class EtcdClient:
         self._client = client
         _log.debug(
             "etcd at %s (%s, %s)",
-            self._where,
+            self.where,
             "TLS" if tls else "plaintext",
             f"user {s.user}" if s.user else "no user",
         )
@@ -142,19 +142,19 @@ class EtcdClient:
                     return await detached(call(timeout))
         except TimeoutError as exc:
             raise StoreUnavailableError(
-                f"etcd {what}: no answer within {timeout:g} s from {self._where}"
+                f"etcd {what}: no answer within {timeout:g} s from {self.where}"
             ) from exc
         except EtcdError as exc:
-            raise StoreUnavailableError(f"etcd {what} at {self._where}: {exc}") from exc
+            raise StoreUnavailableError(f"etcd {what} at {self.where}: {exc}") from exc
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:  # the only NOT_FOUND: a lease
                 raise LeaseLostError(f"etcd {what}: {exc.details()}") from exc
             raise StoreUnavailableError(
-                f"etcd {what} at {self._where}: {exc.code().name} {exc.details()}"
+                f"etcd {what} at {self.where}: {exc.code().name} {exc.details()}"
             ) from exc
 
     @property
-    def _where(self) -> str:
+    def where(self) -> str:
         return ",".join(self.settings.endpoints)
 
     async def _authenticated(self, stale: str | None = None) -> str | None:
@@ -173,20 +173,27 @@ class EtcdClient:
                     response = await detached(auth.authenticate(s.user, password))
                 except (EtcdUnauthenticatedError, EtcdPermissionDeniedError) as exc:
                     raise StoreUnavailableError(
-                        f"etcd at {self._where} refused user {s.user!r}: {exc}"
+                        f"etcd at {self.where} refused user {s.user!r}: {exc}"
                     ) from None
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
                         raise  # unreachable and the like: _call says so
                     # etcd's answer to a wrong password or an unknown user
                     raise StoreUnavailableError(
-                        f"etcd at {self._where} refused user {s.user!r}: {exc.details()}"
+                        f"etcd at {self.where} refused user {s.user!r}: {exc.details()}"
                     ) from None
                 self._token = str(response.token)
                 client.set_token(self._token)
             return self._token
 
     # --- KV ----------------------------------------------------------------------------
+
+    async def server_version(self) -> str:
+        """The version of the member this client talks to (its ``Status``)."""
+        maintenance = self._connected.maintenance
+        assert maintenance is not None
+        response = await self._call("status", lambda t: maintenance.status(timeout=t))
+        return str(response.version)
 
     async def get(self, key: str) -> tuple[Entry | None, int]:
         """The entry at ``key`` (None when absent) and the store revision of the read."""

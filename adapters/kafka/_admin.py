@@ -18,12 +18,15 @@ import anyio
 
 from adapters.kafka._aiokafka import (
     AIOKafkaAdminClient,
+    ConfigResource,
+    ConfigResourceType,
     KafkaError,
     NewTopic,
     OffsetFetchRequest,
     for_code,
 )
 from adapters.kafka._settings import KafkaSettings
+from core.errors import DurabilityError
 
 __all__ = ["committed", "ensure_topics"]
 
@@ -40,7 +43,8 @@ def _error(code: int, text: str) -> Exception:
 
 async def ensure_topics(admin: Any, settings: KafkaSettings) -> None:
     """Create the data, dead-letter and registration topics when missing (``create_topics``
-    on), then check that the data topic has exactly ``settings.partitions`` partitions."""
+    on), then check that the data topic has exactly ``settings.partitions`` partitions and
+    keeps what shoal relies on (``_check_durability``)."""
     s = settings
     if s.create_topics:
         base = {"min.insync.replicas": str(s.min_insync_replicas), **s.topic_config}
@@ -67,10 +71,40 @@ async def ensure_topics(admin: Any, settings: KafkaSettings) -> None:
                 log.info("created topic %s", name)
             elif code != _TOPIC_ALREADY_EXISTS:
                 raise _error(code, f"cannot create topic {name}: {message}")
-    await _check_partitions(admin, s)
+    replicas = await _check_partitions(admin, s)
+    await _check_durability(admin, s, replicas)
 
 
-async def _check_partitions(admin: Any, s: KafkaSettings) -> None:
+async def _check_durability(admin: Any, s: KafkaSettings, replicas: int) -> None:
+    """``DurabilityError`` when the data topic, as the brokers keep it (created by shoal
+    or by someone else), has fewer replicas or in-sync replicas than configured, or lets
+    an out-of-sync replica become leader: an unclean election hands out offsets again that
+    were landed already."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, s.topic)
+    (response,) = await admin.describe_configs([resource])
+    (found,) = response.resources
+    code, message, configs = found[0], found[1], found[4]
+    if code != 0:
+        raise _error(code, f"cannot describe the configuration of topic {s.topic}: {message}")
+    config = {entry[0]: entry[1] for entry in configs}
+    problems = []
+    if replicas < s.replication_factor:
+        problems.append(f"{replicas} replicas (configured: {s.replication_factor})")
+    in_sync = int(config.get("min.insync.replicas") or 1)
+    if in_sync < s.min_insync_replicas:
+        problems.append(f"min.insync.replicas={in_sync} (configured: {s.min_insync_replicas})")
+    if str(config.get("unclean.leader.election.enable", "false")).lower() == "true":
+        problems.append("unclean.leader.election.enable=true")
+    if problems:
+        raise DurabilityError(
+            f"Kafka topic {s.topic!r} has {', '.join(problems)}: acknowledged or landed "
+            "offsets could be lost or handed out again. Alter the topic, or use another "
+            "(SHOAL_KAFKA_TOPIC)."
+        )
+
+
+async def _check_partitions(admin: Any, s: KafkaSettings) -> int:
+    """The data topic's replica count, once it has the configured partitions, all led."""
     deadline = anyio.current_time() + s.request_timeout
     while True:
         (info,) = await admin.describe_topics([s.topic])
@@ -86,7 +120,7 @@ async def _check_partitions(admin: Any, s: KafkaSettings) -> None:
                 )
             leaderless = [p for p in info["partitions"] if int(p.get("leader", -1)) < 0]
             if not leaderless:
-                return
+                return min(len(p.get("replicas", ())) for p in info["partitions"])
             if anyio.current_time() >= deadline:
                 raise TimeoutError(
                     f"{len(leaderless)} partitions of topic {s.topic} have no leader after "

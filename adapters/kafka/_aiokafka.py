@@ -23,6 +23,10 @@ from aiokafka.admin import (  # type: ignore[import-untyped, unused-ignore]
     NewTopic,
     RecordsToDelete,
 )
+from aiokafka.admin.config_resource import (  # type: ignore[import-untyped, unused-ignore]
+    ConfigResource,
+    ConfigResourceType,
+)
 from aiokafka.conn import create_conn  # type: ignore[import-untyped, unused-ignore]
 from aiokafka.errors import (  # type: ignore[import-untyped, unused-ignore]
     AuthenticationFailedError,
@@ -45,6 +49,8 @@ __all__ = [
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
     "AuthenticationFailedError",
+    "ConfigResource",
+    "ConfigResourceType",
     "ConsumerStoppedError",
     "IllegalSaslStateError",
     "KafkaConnectionError",

@@ -34,6 +34,7 @@ from core.idempotency import (
     is_expired,
     scope,
 )
+from core.server_floors import NATS_KILL_SAFE
 
 __all__ = ["NatsIdempotencyStore"]
 
@@ -69,6 +70,7 @@ class NatsIdempotencyStore(Lifecycle):
                 self._nc = await connect(
                     s,
                     name=f"{s.name}-idempotency",
+                    needs=(NATS_KILL_SAFE,),
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=s.reconnect_wait,

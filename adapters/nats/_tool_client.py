@@ -17,6 +17,7 @@ from adapters._nats_connect import connect, describe
 from adapters._nats_settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from core.errors import BrokerUnavailableError
+from core.server_floors import NATS_KILL_SAFE
 
 __all__ = ["NatsToolClient"]
 
@@ -40,6 +41,7 @@ class NatsToolClient(Lifecycle):
             self._nc = await connect(
                 s,
                 name=f"{s.name}-{self.client_suffix}",
+                needs=(NATS_KILL_SAFE,),
                 error_cb=self._on_error,
                 allow_reconnect=False,
             )

@@ -29,6 +29,7 @@ from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Subscription
+from core.server_floors import NATS_ATOMIC_BATCH, NATS_KILL_SAFE
 
 __all__ = ["NatsTransport"]
 
@@ -82,6 +83,7 @@ class NatsTransport(Lifecycle):
         self._nc = await connect(
             s,
             name=s.name,
+            needs=(NATS_KILL_SAFE, NATS_ATOMIC_BATCH),
             error_cb=self._on_error,
             allow_reconnect=True,
             max_reconnect_attempts=-1,

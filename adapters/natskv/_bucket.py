@@ -32,9 +32,10 @@ from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 from adapters._nats_connect import connect, describe
-from adapters._nats_durability import check_server_fsync
+from adapters._nats_durability import check_server_fsync, check_stream
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import StoreUnavailableError
+from core.server_floors import NATS_KILL_SAFE, NATS_MESSAGE_TTL
 
 __all__ = ["Bucket", "Entry", "stop_watcher", "ttl_seconds"]
 
@@ -97,6 +98,7 @@ class Bucket:
         self._nc = await connect(
             ns,
             name=f"{ns.name}-coordination",
+            needs=(NATS_KILL_SAFE, NATS_MESSAGE_TTL),
             allow_reconnect=True,
             max_reconnect_attempts=-1,
             reconnect_time_wait=ns.reconnect_wait,
@@ -115,6 +117,9 @@ class Bucket:
         self._direct = bool(getattr(self._kv, "_direct", False))
 
     async def _ensure_bucket(self, js: JetStreamContext) -> KeyValue:
+        """The bucket, created or brought up to per-key TTLs; then its stream as the server
+        keeps it is checked (``check_stream``): storage, replicas, and the TTLs that a
+        server too old for them drops without an error."""
         s = self.settings
         try:
             info = await js.stream_info(self._stream)
@@ -128,18 +133,25 @@ class Bucket:
                 limit_marker_ttl=s.marker_ttl,
             )
             try:
-                return await js.create_key_value(config)
+                await js.create_key_value(config)
             except APIError as exc:  # created by another process meanwhile
                 _log.debug("bucket %s: create raced: %s", self.name, exc)
-                return await js.key_value(self.name)
-        stream = info.config
-        if not stream.allow_msg_ttl or not stream.subject_delete_marker_ttl:
-            # An older bucket: without these, TTL writes are refused and expirations
-            # are invisible to watchers. Both can be switched on in place.
-            stream.allow_msg_ttl = True
-            stream.subject_delete_marker_ttl = s.marker_ttl
-            await js.update_stream(stream)
-            _log.info("bucket %s: per-key TTLs and expiry markers switched on", self.name)
+        else:
+            stream = info.config
+            if not stream.allow_msg_ttl or not stream.subject_delete_marker_ttl:
+                # An older bucket: without these, TTL writes are refused and expirations
+                # are invisible to watchers. Both can be switched on in place.
+                stream.allow_msg_ttl = True
+                stream.subject_delete_marker_ttl = s.marker_ttl
+                await js.update_stream(stream)
+                _log.info("bucket %s: per-key TTLs and expiry markers switched on", self.name)
+        wanted = js_api.StreamConfig(
+            name=self._stream,
+            storage=js_api.StorageType(s.storage),
+            num_replicas=s.replicas,
+            allow_msg_ttl=True,
+        )
+        check_stream(await js.stream_info(self._stream), wanted)
         return await js.key_value(self.name)
 
     async def close(self) -> None:

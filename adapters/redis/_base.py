@@ -13,7 +13,8 @@ from adapters.redis._feed import Feed, Interest
 from adapters.redis._keys import Keys
 from adapters.redis._lease import Lease
 from adapters.redis._settings import RedisSettings
-from core.errors import ShoalError
+from core.errors import IncompatibleServerError, ShoalError
+from core.server_floors import REDIS, refusal
 
 _log = logging.getLogger(__name__)
 
@@ -38,6 +39,11 @@ class RedisAdapter(Lifecycle):
 
     async def _connect(self) -> None:
         await self._client.connect()
+        problem = refusal(
+            f"Redis at {self._client.where}", await self._client.server_version(), (REDIS,)
+        )
+        if problem is not None:
+            raise IncompatibleServerError(problem)
 
     async def _wind_down(self) -> None:
         with anyio.move_on_after(self.settings.close_timeout):

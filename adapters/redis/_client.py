@@ -196,6 +196,11 @@ class RedisClient:
 
     # --- plain commands ------------------------------------------------------------------
 
+    async def server_version(self) -> str:
+        """What ``INFO server`` says in ``redis_version``."""
+        info = await self.call("info", lambda r: r.info("server"))
+        return str(info.get("redis_version", ""))
+
     async def get(self, key: str) -> bytes | None:
         return cast("bytes | None", await self.call("get", lambda r: r.get(key)))
 

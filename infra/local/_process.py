@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -23,9 +22,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
+
+from core.server_floors import Feature, parse_version
 
 INSTALL_HINT = "run infra/local/install.sh"
 
@@ -56,11 +57,6 @@ def free_port() -> int:
     raise RuntimeError("no unused free port found on 127.0.0.1")
 
 
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return (int(m[1]), int(m[2]), int(m[3])) if m else None
-
-
 _binary_cache: dict[str, Path] = {}
 
 
@@ -68,10 +64,12 @@ def find_binary(
     name: str,
     *,
     env_var: str,
-    acceptable: Callable[[tuple[int, int, int]], bool],
-    requirement: str,
+    needs: Iterable[Feature],
+    hint: str,
 ) -> Path:
-    """First of $env_var, PATH, the directory of sys.executable whose --version is acceptable."""
+    """First of $env_var, PATH, the directory of sys.executable whose --version holds every
+    feature shoal ``needs`` of it (``core.server_floors``); ``hint`` says how to get one."""
+    wanted = tuple(needs)
     with _lock:
         if name in _binary_cache:
             return _binary_cache[name]
@@ -95,14 +93,15 @@ def find_binary(
             seen.append(f"{path} ({exc})")
             continue
         version = parse_version(out.stdout + out.stderr)
-        if version is not None and acceptable(version):
+        if version is not None and all(f.held_by(version) for f in wanted):
             with _lock:
                 _binary_cache[name] = path
             return path
         seen.append(f"{path} (version {version})")
     found = "; found: " + ", ".join(seen) if seen else ""
+    requirement = ", ".join(f.requirement() for f in wanted)
     raise FileNotFoundError(
-        f"{name} {requirement} not found (set {env_var}, or {INSTALL_HINT}){found}"
+        f"{name} with {requirement} not found ({hint}; set {env_var}, or {INSTALL_HINT}){found}"
     )
 
 

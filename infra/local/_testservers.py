@@ -187,7 +187,7 @@ def _external(kind: str, env: Mapping[str, str]) -> ServerInfo:
 # testcontainers is imported lazily and is not a declared dependency: install it where
 # Docker exists. Images are pinned.
 _DOCKER = {
-    "nats": ("nats:2.10.29", 4222, "-js -sd /data", "Server is ready"),
+    "nats": ("nats:2.15.1", 4222, "-js -sd /data", "Server is ready"),
     "etcd": (
         "quay.io/coreos/etcd:v3.5.17",
         2379,

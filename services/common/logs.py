@@ -31,6 +31,8 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, "refusal", False):
+            return f"error: {record.getMessage()}"
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
         fields = getattr(record, "fields", {})
         tail = "".join(f" {k}={v}" for k, v in fields.items())
@@ -48,6 +50,11 @@ def configure_logging(fmt: str = "text", level: str = "INFO") -> None:
     root.setLevel(level.upper())
     for noisy in ("uvicorn.access", "nats", "grpc", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+REFUSAL = {"refusal": True}
+"""``log.error(..., extra=REFUSAL)``: a process that will not start says why in one line,
+``error: ...`` in text (the CLI's form), a JSON object like any other otherwise."""
 
 
 def fields(**values: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from services.common.backends import Backends
 from services.common.clusters import enter_datacenters
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
-from services.common.logs import fields
+from services.common.logs import REFUSAL, fields
 from services.common.settings import HandlerSettings, ShoalSettings
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
@@ -61,7 +61,7 @@ async def serve(container: HandlerContainer) -> None:
             settings.id, chosen="id" in settings.model_fields_set
         )
     if problem is not None:
-        log.error("cannot run: %s", problem)
+        log.error("%s", problem, extra=REFUSAL)
         raise SystemExit(2)
     position = position_of(mode, settings.id)
     data_dir = zone_of(settings.data_dir, position)

@@ -31,7 +31,7 @@ from services.common.backends import Backends
 from services.common.clusters import ClusterBacklogs, enter_datacenters
 from services.common.http import embedded_server, serve_in_thread
 from services.common.lifecycle import boot, stop_on_signals
-from services.common.logs import fields
+from services.common.logs import REFUSAL, fields
 from services.common.metrics import TableMetrics
 from services.common.settings import LeaderSettings, ShoalSettings, load_settings
 from services.common.upkeep import TableKeeper
@@ -69,7 +69,7 @@ async def serve(container: LeaderContainer) -> None:
     scaling_settings: AutoscalingSettings = container.scaling()
     problem = autoscaling_problem(shoal.consumption_mode) if scaling_settings.active else None
     if problem is not None:
-        log.error("cannot run: %s", problem)
+        log.error("%s", problem, extra=REFUSAL)
         raise SystemExit(2)
     stop = anyio.Event()
     async with AsyncExitStack() as stack:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import functools
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, aclosing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import nkeys
@@ -362,6 +363,22 @@ async def test_etcd_watch_stream_logs_in_again_when_its_token_expired(
         await client.aclose()
 
 
+M = TypeVar("M")
+
+
+async def _refusal(
+    adapter: AbstractAsyncContextManager[M], call: Callable[[M], Awaitable[object]]
+) -> StoreUnavailableError:
+    """The refusal, at enter (the adapter asks the server's version) or at ``call``."""
+    try:
+        async with adapter as entered:
+            with pytest.raises(StoreUnavailableError) as inside:
+                await call(entered)
+            return inside.value
+    except StoreUnavailableError as at_enter:
+        return at_enter
+
+
 @pytest.mark.etcd
 @pytest.mark.parametrize("user", ["root", None], ids=["wrong-password", "no-user"])
 async def test_etcd_refuses_a_wrong_password_or_no_user(
@@ -374,10 +391,7 @@ async def test_etcd_refuses_a_wrong_password_or_no_user(
         password=SecretStr(WRONG) if user else None,
         call_timeout=3.0,
     )
-    async with EtcdMembership(settings) as membership:
-        with pytest.raises(StoreUnavailableError) as caught:
-            await membership.join("a", TTL)
-    message = str(caught.value)
+    message = str(await _refusal(EtcdMembership(settings), lambda m: m.join("a", TTL)))
     _no_secret_in(message)
     if user:
         assert "refused user 'root'" in message
@@ -408,9 +422,7 @@ async def test_etcd_membership_works_over_mutual_tls(etcd_with_auth: SecureEtcd,
             "call_timeout": 2.0,
         }
     )
-    async with EtcdMembership(plaintext) as membership:  # plaintext to the TLS port
-        with pytest.raises(StoreUnavailableError):
-            await membership.members()
+    await _refusal(EtcdMembership(plaintext), lambda m: m.members())  # plaintext to TLS
 
 
 # --- Redis ----------------------------------------------------------------------------------
@@ -463,10 +475,7 @@ async def test_redis_refuses_a_wrong_or_missing_password(
         password=None if password is None else SecretStr(password),
         call_timeout=3.0,
     )
-    async with RedisMembership(settings) as membership:
-        with pytest.raises(StoreUnavailableError) as caught:
-            await membership.join("a", TTL)
-    message = str(caught.value)
+    message = str(await _refusal(RedisMembership(settings), lambda m: m.join("a", TTL)))
     _no_secret_in(message)
     # redis-py logs in with HELLO: without a password Redis answers that HELLO needs one
     assert ("invalid username-password" in message) if password else ("authenticat" in message)
@@ -504,9 +513,7 @@ async def test_redis_membership_works_over_mutual_tls(pki: Pki) -> None:
             await membership.join("a", TTL)
             assert await membership.members() == {"a"}
         no_cert = settings.model_copy(update={"tls_cert_file": None, "tls_key_file": None})
-        async with RedisMembership(no_cert) as membership:  # the server wants a client cert
-            with pytest.raises(StoreUnavailableError):
-                await membership.members()
+        await _refusal(RedisMembership(no_cert), lambda m: m.members())  # no client cert
     finally:
         await anyio.to_thread.run_sync(server.stop)
 

@@ -19,7 +19,7 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped, unu
 
 from adapters.kafka import KafkaDeadLetterQueue, KafkaHistory, KafkaSettings, KafkaTransport
 from adapters.kafka._settlements import Settlements
-from core.errors import BrokerUnavailableError, PublishError
+from core.errors import BrokerUnavailableError, DurabilityError, PublishError
 from core.replay import AtPosition, Window
 from infra.local._testservers import ServerInfo
 from tests._unavailable import local_process
@@ -204,6 +204,31 @@ class TestKafkaTransport(TransportContract):
         wrong = settings.model_copy(update={"partitions": PARTITIONS * 2})
         with pytest.raises(ValueError, match=r"has 16 partitions but shoal is configured for 32"):
             async with KafkaTransport(wrong):
+                pass
+
+    async def test_enter_refuses_a_topic_that_allows_unclean_elections_or_fewer_in_sync(
+        self, settings: KafkaSettings
+    ) -> None:
+        """A data topic created by someone else, as the brokers keep it: one that lets an
+        out-of-sync replica lead (offsets handed out again) or asks fewer in-sync replicas
+        than configured is refused with what is wrong."""
+        unclean = settings.model_copy(
+            update={"topic_config": {"unclean.leader.election.enable": "true"}}
+        )
+        with pytest.raises(DurabilityError, match=r"unclean\.leader\.election\.enable=true"):
+            async with KafkaTransport(unclean):
+                pass
+        stricter = settings.model_copy(update={"topic": f"{settings.topic}-b"})
+        async with KafkaTransport(stricter):
+            pass  # creates it with min.insync.replicas 1
+        wanting_two = stricter.model_copy(
+            update={"replication_factor": 2, "min_insync_replicas": 2, "create_topics": False}
+        )
+        with pytest.raises(
+            DurabilityError,
+            match=r"1 replicas \(configured: 2\), min\.insync\.replicas=1 \(configured: 2\)",
+        ):
+            async with KafkaTransport(wanting_two):
                 pass
 
     async def test_open_resumes_after_out_of_order_acks_when_a_subscription_closed(
