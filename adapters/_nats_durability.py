@@ -8,7 +8,9 @@ coordination adapter: the server fsync only) connects.
   it (``require_sync_always``). Without a monitor URL the check cannot be made; that is
   logged.
 - The stream must have the storage and the replicas asked for, and every replica should be
-  current (a lagging one is logged: the stream still takes writes on a quorum).
+  current (a lagging one is logged: the stream still takes writes on a quorum); when a
+  size cap and a discard policy were asked for, the stream must have them (a data stream
+  that drops the oldest messages when full loses unlanded ones).
 - A feature switched on in the configuration (``allow_atomic``, ``allow_msg_ttl``) must
   come back switched on: a server too old for it drops it without an error, which the
   version check at connect time (``core.server_floors``) should already have refused; a
@@ -91,6 +93,17 @@ def check_stream(info: js_api.StreamInfo, wanted: js_api.StreamConfig) -> None:
             f"stream {wanted.name} has storage {config.storage} with "
             f"{config.num_replicas or 1} replicas; asked for {wanted.storage} with "
             f"{wanted.num_replicas or 1}"
+        )
+    capped = wanted.max_bytes is not None and wanted.max_bytes > 0
+    if capped and config.discard != wanted.discard:  # without a cap nothing is discarded
+        raise DurabilityError(
+            f"stream {wanted.name} discards {config.discard} messages when full; asked for "
+            f"{wanted.discard}: a full stream would drop stored messages"
+        )
+    if wanted.max_bytes is not None and (config.max_bytes or -1) != wanted.max_bytes:
+        raise DurabilityError(
+            f"stream {wanted.name} is capped at {config.max_bytes} bytes; asked for "
+            f"{wanted.max_bytes}"
         )
     replicas = (info.cluster.replicas or []) if info.cluster is not None else []
     lagging = [r.name or "?" for r in replicas if not r.current]

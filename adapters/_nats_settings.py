@@ -84,10 +84,21 @@ class NatsSettings(ConnectionSecurity):
         description="limits retention: how long a message is kept, consumed or not",
     )
     max_bytes: int | None = Field(
-        default=None,
+        default=1 << 30,
         gt=0,
-        description="limits retention: the stream's size cap (unset: none); past it the "
-        "oldest messages are dropped, consumed or not",
+        description="the data stream's size cap (1 GiB; unset: none). A full stream "
+        "refuses new messages (discard: new; the gateway answers 503 with Retry-After) and "
+        "never drops one; nats-server reserves the cap for the stream, so the coordination "
+        "and idempotency buckets keep the rest of its max_file_store",
+    )
+    trim_at: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="limits retention with max_bytes: once the stream holds this share of "
+        "it, the active leader drops every message each partition's consumers have all "
+        "acked (landed), keeping the unlanded ones; below it landed messages stay for "
+        "`shoal replay` until max_age",
     )
     ack_wait: float = Field(
         default=30.0,

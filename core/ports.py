@@ -339,6 +339,15 @@ class Transport(Protocol):
         clock. Raises ``BrokerUnavailableError`` when the broker does not answer."""
         ...
 
+    async def trim_landed(self, partitions: int) -> int:
+        """Make room in a broker that keeps settled messages under a size cap and refuses
+        new ones when full (NATS limits retention with ``max_bytes``): past its trim mark,
+        drop the messages of ``partitions`` that every consumer has settled, never one
+        that is not; the number dropped. 0 where settling deletes (a work queue) or the
+        log's own retention decides (Kafka: it never refuses, it deletes by age and size).
+        Raises ``BrokerUnavailableError`` when the broker does not answer."""
+        ...
+
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         """Answer a project announcement (the reference's reg.response). Best effort."""
         ...

@@ -310,6 +310,12 @@ class KafkaTransport(Lifecycle):
         self._subscriptions.add(sub)
         return sub
 
+    async def trim_landed(self, partitions: int) -> int:
+        """0: Kafka never refuses a write for a full topic; its retention (age, size)
+        deletes the oldest records, read or not (README: Limits)."""
+        await anyio.lowlevel.checkpoint()
+        return 0
+
     async def backlog(self, partition: Partition) -> int:
         """Stored messages not settled yet: the end offset minus the committed offset (the
         earliest offset before any commit), minus those settled out of order above it.

@@ -25,6 +25,7 @@ from adapters.nats._codec import encode
 from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
+from adapters.nats._trim import ConsumerFloor, partition_floors
 from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
@@ -40,6 +41,16 @@ _BATCH_DUPLICATE_ID = 10201  # 'atomic publish batch contains duplicate message 
 H_BATCH_ID = "Nats-Batch-Id"
 H_BATCH_SEQUENCE = "Nats-Batch-Sequence"
 H_BATCH_COMMIT = "Nats-Batch-Commit"
+
+
+_CONSUMER_PAGE = 256  # JetStream's consumer list page
+
+
+def _floor_of(info: js_api.ConsumerInfo) -> ConsumerFloor:
+    config = info.config
+    filters = config.filter_subjects or ([config.filter_subject] if config.filter_subject else [])
+    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+    return ConsumerFloor(info.name, frozenset(filters), floor)
 
 
 class NatsTransport(Lifecycle):
@@ -382,6 +393,59 @@ class NatsTransport(Lifecycle):
                 oldest = found if oldest is None or found < oldest else oldest
         return None if oldest is None else oldest[1]
 
+    async def trim_landed(self, partitions: int) -> int:
+        """Once the stream holds ``trim_at`` of its ``max_bytes``, drop each partition's
+        messages that every consumer reading it has acked (``_trim``); the messages
+        dropped. Nothing with workqueue retention (an ack deletes) or without a cap.
+        Raises ``BrokerUnavailableError`` when JetStream does not answer."""
+        s = self.settings
+        if s.retention != "limits" or s.max_bytes is None:
+            return 0
+        try:
+            return await self._trim_landed(partitions)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise BrokerUnavailableError(f"NATS: trimming landed messages: {exc!r}") from exc
+
+    async def _trim_landed(self, partitions: int) -> int:
+        js = self._jetstream()
+        s = self.settings
+        info = await js.stream_info(s.stream)
+        cap, before = info.config.max_bytes or 0, info.state
+        if cap <= 0 or before.bytes < s.trim_at * cap:  # the cap the stream has now
+            return 0
+        floors = partition_floors(
+            [_floor_of(c) for c in await self._consumers()],
+            partitions,
+            self.subjects.consumer_filters,
+        )
+        for partition, (floor, _) in floors.items():
+            if floor > 0:
+                for subject in self.subjects.consumer_filters(partition):
+                    await js.purge_stream(s.stream, seq=floor + 1, subject=subject)
+        after = (await js.stream_info(s.stream)).state
+        dropped = before.messages - after.messages
+        if after.bytes >= s.trim_at * cap:
+            held = sorted({name for _, name in floors.values()})
+            log.warning(
+                "stream %s holds %d of its %d bytes after dropping %d landed messages: "
+                "unlanded messages (a stopped handler, a consumer left behind: %s) fill it",
+                s.stream,
+                after.bytes,
+                cap,
+                dropped,
+                ", ".join(held[:5]),
+            )
+        return max(dropped, 0)
+
+    async def _consumers(self) -> list[js_api.ConsumerInfo]:
+        js = self._jetstream()
+        found: list[js_api.ConsumerInfo] = []
+        while True:
+            page = await js.consumers_info(self.settings.stream, offset=len(found) or None)
+            found.extend(page)
+            if len(page) < _CONSUMER_PAGE:
+                return found
+
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         """Core NATS publish of ``{"project", "partition", "handler"}`` to the project's
         reg.response subject: not stored, lost when nobody listens (best effort)."""
@@ -407,7 +471,8 @@ class NatsTransport(Lifecycle):
             if limits
             else js_api.RetentionPolicy.WORK_QUEUE,
             max_age=s.max_age if limits else None,
-            max_bytes=s.max_bytes if limits else None,
+            max_bytes=s.max_bytes,
+            discard=js_api.DiscardPolicy.NEW,  # full: refuse new messages, drop none
             storage=js_api.StorageType(s.storage),
             num_replicas=s.replicas,
             duplicate_window=s.duplicate_window,

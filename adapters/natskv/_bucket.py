@@ -91,7 +91,7 @@ class Bucket:
     # --- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
-        s, ns = self.settings, self.settings.nats
+        s, ns = self.settings, self.settings.connection()
         await check_server_fsync(
             ns.monitors, request_timeout=ns.request_timeout, require=ns.require_sync_always
         )

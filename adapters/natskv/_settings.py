@@ -56,7 +56,16 @@ class NatsKvSettings(BaseSettings):
         description="watches re-read the whole state at least this often (safety net)",
     )
     close_timeout: float = Field(default=5.0, gt=0)
+    url: str | None = Field(
+        default=None,
+        description="the servers of the bucket when they are not SHOAL_NATS_URL's (the "
+        "coordination on a cluster of its own; the same credentials and TLS)",
+    )
     nats: NatsSettings = Field(default_factory=NatsSettings)
+
+    def connection(self) -> NatsSettings:
+        """How to reach the bucket: ``nats`` at ``url`` when that is set."""
+        return self.nats if self.url is None else self.nats.model_copy(update={"url": self.url})
 
     @property
     def bucket_name(self) -> str:

@@ -121,6 +121,7 @@ class LoadGenerator:
             self._headers["authorization"] = f"Bearer {api_key}"
         self.summary = LoadSummary()
         self._waiters: list[tuple[int, anyio.Event]] = []
+        self._refusal_waiters: list[tuple[int, int, anyio.Event]] = []  # status, count
         self._done = anyio.Event()
 
     @property
@@ -133,6 +134,14 @@ class LoadGenerator:
             return
         event = anyio.Event()
         self._waiters.append((count, event))
+        await event.wait()
+
+    async def wait_refused(self, status: int, count: int) -> None:
+        """Return once at least ``count`` answers had HTTP ``status`` (or the run ended)."""
+        if self.summary.rejected[status] >= count or self._done.is_set():
+            return
+        event = anyio.Event()
+        self._refusal_waiters.append((status, count, event))
         await event.wait()
 
     async def wait_stopped(self) -> None:
@@ -184,6 +193,8 @@ class LoadGenerator:
             self._done.set()
             for _, event in self._waiters:
                 event.set()
+            for _, _, event in self._refusal_waiters:
+                event.set()
         return self.summary
 
     async def _send(
@@ -223,12 +234,23 @@ class LoadGenerator:
                 return
             summary.rejected[response.status_code] += 1
             summary.last_error = f"HTTP {response.status_code}: {response.text[:200]}"
+            self._refused(response.status_code)
             if response.status_code not in (429, 503):  # only those say "later"
                 summary.failed_batches += 1
                 return
             summary.retried += 1
             await anyio.sleep(float(response.headers.get("retry-after", "1")))
         summary.failed_batches += 1
+
+    def _refused(self, status: int) -> None:
+        seen = self.summary.rejected[status]
+        waiting = []
+        for wanted, count, event in self._refusal_waiters:
+            if wanted == status and seen >= count:
+                event.set()
+            else:
+                waiting.append((wanted, count, event))
+        self._refusal_waiters = waiting
 
     def _progress(self) -> None:
         count = self.accepted_count

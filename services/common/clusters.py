@@ -143,6 +143,12 @@ class LateCluster:
             raise BrokerUnavailableError(f"cluster {self.name} not connected yet")
         return await inner.oldest_unacked(partition)
 
+    async def trim_landed(self, partitions: int) -> int:
+        inner = self._inner
+        if inner is None:
+            raise BrokerUnavailableError(f"cluster {self.name} not connected yet")
+        return await inner.trim_landed(partitions)
+
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         inner = self._inner
         if inner is not None:  # best effort, as the port says

@@ -1,6 +1,8 @@
 """The broker's backlog as the leader sees it: per partition lag and oldest unacked age
-(``BacklogReader``, behind the status document and the gauges), and the backlog alert
-the active leader logs (``BacklogAlerter``; the rule is ``core.backlog.backlog_alerts``).
+(``BacklogReader``, behind the status document and the gauges), the backlog alert the
+active leader logs (``BacklogAlerter``; the rule is ``core.backlog.backlog_alerts``), and
+the room it makes in a broker that keeps landed messages under a size cap
+(``LandedTrimmer``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from core.backlog import backlog_alerts, unacked_age
+from core.errors import BrokerUnavailableError
 from core.model import Partition
+from core.ports import Transport
 from services.common.clusters import Backlogs
 from services.common.logs import fields
 
-__all__ = ["Backlog", "BacklogAlerter", "BacklogReader", "rounded_age"]
+__all__ = ["Backlog", "BacklogAlerter", "BacklogReader", "LandedTrimmer", "rounded_age"]
 
 log = logging.getLogger("shoal.leader.backlog")
 
@@ -186,6 +190,54 @@ class BacklogAlerter:
                 )
         self.alerting = outcome.alerting
         self._alerting_gauge.set(len(outcome.alerting))
+
+
+class LandedTrimmer:
+    """While ``is_active()``, asks the transport every ``interval`` seconds to drop what
+    every consumer has landed once the data stream nears its size cap
+    (``Transport.trim_landed``): with limits retention and ``discard: new`` the landed
+    messages would otherwise fill the stream until ``max_age`` and the gateway would
+    refuse everything. A broker that does not answer is logged and asked again."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        partitions: int,
+        *,
+        interval: float,
+        is_active: Callable[[], bool],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._transport = transport
+        self._partitions = partitions
+        self._interval = interval
+        self._is_active = is_active
+        self._dropped = Counter(
+            "shoal_leader_landed_messages_trimmed",
+            "Landed messages dropped from the broker to keep room under its size cap",
+            registry=registry,
+        )
+
+    async def run(self, stop: anyio.Event) -> None:
+        while not stop.is_set():
+            if self._is_active():
+                await self.trim()
+            with anyio.move_on_after(self._interval):
+                await stop.wait()
+
+    async def trim(self) -> int:
+        try:
+            dropped = await self._transport.trim_landed(self._partitions)
+        except BrokerUnavailableError as exc:
+            log.warning("landed messages not trimmed", extra=fields(error=str(exc)))
+            return 0
+        if dropped:
+            self._dropped.inc(dropped)
+            log.info(
+                "landed messages dropped from the broker to make room",
+                extra=fields(dropped=dropped),
+            )
+        return dropped
 
 
 def rounded_age(age: float | None) -> float | None:

@@ -35,7 +35,7 @@ from services.common.logs import REFUSAL, fields
 from services.common.metrics import TableMetrics
 from services.common.settings import LeaderSettings, ShoalSettings, load_settings
 from services.common.upkeep import TableKeeper
-from services.leader.backlog import BacklogAlerter, BacklogReader
+from services.leader.backlog import BacklogAlerter, BacklogReader, LandedTrimmer
 from services.leader.leader_loop import LeaderLoop
 from services.leader.scaling import ScalingLoop
 from services.leader.settings import AutoscalingSettings, TableUpkeepSettings
@@ -120,6 +120,13 @@ async def serve(container: LeaderContainer) -> None:
             is_active=lambda: leader_loop.leadership is not None,
             registry=container.registry(),
         )
+        trimmer = LandedTrimmer(
+            transport,
+            shoal.partitions,
+            interval=settings.backlog_interval,
+            is_active=lambda: leader_loop.leadership is not None,
+            registry=container.registry(),
+        )
         reader = StatusReader(
             leader_loop=leader_loop,
             election=election,
@@ -157,6 +164,7 @@ async def serve(container: LeaderContainer) -> None:
                 # on this one (metadata, log replay) hold no status request back.
                 serving.start_soon(serve_in_thread, server, stop)
                 serving.start_soon(alerter.run, stop)
+                serving.start_soon(trimmer.run, stop)
                 serving.start_soon(live.run, stop)
                 await leader_loop.run(stop)
             # The status server finished its in-flight requests; stop watching signals.

@@ -37,6 +37,7 @@ from tests.contract._transport import (
     TransportContract,
     TransportFactory,
     envelope,
+    fetch_n,
 )
 
 
@@ -206,6 +207,89 @@ async def test_limits_retention_has_the_max_age_and_max_bytes_asked_for(
         await nc.close()
     assert config.retention == js_api.RetentionPolicy.LIMITS
     assert (config.max_age, config.max_bytes) == (3600.0, 64 * 1024 * 1024)
+
+
+async def _stored(settings: NatsSettings) -> int:
+    nc = await nats.connect(settings.url)
+    try:
+        return int((await nc.jetstream().stream_info(settings.stream)).state.messages)
+    finally:
+        await nc.close()
+
+
+def _payload(size: int) -> bytes:
+    return json.dumps({"pad": "x" * size}).encode()
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_a_full_stream_refuses_new_messages_and_drops_none(settings: NatsSettings) -> None:
+    capped = settings.model_copy(update={"max_bytes": 64 * 1024})
+    accepted = 0
+    async with NatsTransport(capped) as transport:
+        with pytest.raises(PublishError, match=r"maximum bytes exceeded") as caught:
+            for _ in range(200):  # 64 KiB fill in about 60 batches of 1 KiB
+                await transport.publish([envelope(0, payload=_payload(1000))])
+                accepted += 1
+        assert "0 of 1" in str(caught.value) or "refused" in str(caught.value)
+    assert 0 < accepted < 200
+    assert await _stored(capped) == accepted  # none of the stored ones was dropped
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_trimming_drops_what_every_consumer_acked_and_nothing_else(
+    settings: NatsSettings,
+) -> None:
+    """Partition 0 has a consumer that acked 3 of its 5 messages; partition 1 has 4
+    messages and no consumer yet: only the 3 go, and the 2 unacked are still delivered."""
+    capped = settings.model_copy(update={"max_bytes": 1 << 20, "trim_at": 0.0001})
+    async with NatsTransport(capped) as transport:
+        await transport.publish([envelope(0, sequence=i) for i in range(1, 6)])
+        await transport.publish([envelope(1, sequence=i) for i in range(1, 5)])
+        first = await transport.open(0, "h1")
+        got = await fetch_n(first, 5)
+        await first.ack(got[:3])
+        await first.close()
+        assert await transport.trim_landed(2) == 3
+        assert await _stored(capped) == 6
+        again = await transport.open(0, "h2")
+        left = await fetch_n(again, 2)
+        assert [d.envelope.sequence for d in left] == [4, 5]
+        await again.close()
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_below_its_trim_mark_the_stream_keeps_landed_messages_for_replay(
+    settings: NatsSettings,
+) -> None:
+    async with NatsTransport(settings) as transport:  # 1 GiB cap, trim at half of it
+        await transport.publish([envelope(0, sequence=i) for i in range(1, 4)])
+        sub = await transport.open(0, "h1")
+        await sub.ack(await fetch_n(sub, 3))
+        await sub.close()
+        assert await transport.trim_landed(1) == 0
+    assert await _stored(settings) == 3
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+async def test_a_full_stream_takes_messages_again_once_its_landed_ones_are_trimmed(
+    settings: NatsSettings,
+) -> None:
+    capped = settings.model_copy(update={"max_bytes": 32 * 1024, "trim_at": 0.5})
+    async with NatsTransport(capped) as transport:
+        with pytest.raises(PublishError):
+            for _ in range(200):
+                await transport.publish([envelope(0, payload=_payload(1000))])
+        stored = await _stored(capped)
+        sub = await transport.open(0, "h1")
+        await sub.ack(await fetch_n(sub, stored))
+        await sub.close()
+        assert await transport.trim_landed(1) == stored
+        await transport.publish([envelope(0, payload=_payload(1000))])
+    assert await _stored(capped) == 1
 
 
 # -- durability: what the server promises, checked at start ---------------------------------

@@ -31,6 +31,7 @@ def _failed(item: pytest.Item) -> bool:
 
 
 KAFKA_CONNECT_TIMEOUT = 30.0  # seconds a process waits for its topics at start
+E2E_STREAM_CAP = 64 << 20  # bytes: each cluster's data stream (SHOAL_NATS_MAX_BYTES)
 
 
 def backend_env(
@@ -73,6 +74,10 @@ def backend_env(
                 "SHOAL_NATS_DEAD_LETTER_STREAM": f"E2E_DLQ_{suffix}",
                 "SHOAL_NATS_DEAD_LETTER_PREFIX": f"e2edlq.{suffix}",
                 "SHOAL_NATS_ACK_WAIT": str(ACK_WAIT),
+                # nats-server reserves a stream's cap out of its max_file_store: the
+                # default 1 GiB for each of a session's clusters would reserve tens of GiB
+                # of one test server; a run's load stays far below this (trimmed at half).
+                "SHOAL_NATS_MAX_BYTES": str(E2E_STREAM_CAP),
             }
         return values
 

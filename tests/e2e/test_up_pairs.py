@@ -191,7 +191,7 @@ def test_a_pair_whose_server_does_not_start_ends_with_one_error_line(
     which and why, and etcd is stopped again."""
     fake = tmp_path / "nats-server"
     fake.write_text(
-        '#!/bin/sh\n[ "$1" = --version ] && { echo "nats-server: v2.11.0"; exit 0; }\n'
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "nats-server: v2.15.1"; exit 0; }\n'
         'echo "cannot listen" >&2\nexit 1\n'
     )
     fake.chmod(0o755)

@@ -56,3 +56,22 @@ def test_shoal_devices_exits_1_naming_why_nothing_was_accepted() -> None:
     assert result.exit_code == 1
     assert "batches not accepted; the last error: no answer from" in result.output
     assert gateway in result.output
+
+
+async def test_wait_refused_returns_once_the_gateway_pushed_back_that_often() -> None:
+    stop = anyio.Event()
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"retry-after": "0"}, json={"error": "stream full"})
+
+    plan = LoadPlan(**{**PLAN.__dict__, "concurrency": 2, "retry_after_stop": False})
+    generator = LoadGenerator("http://gw", plan, http_transport=httpx.MockTransport(gateway))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(generator.run, stop)
+        with anyio.fail_after(10):
+            await generator.wait_refused(503, 6)
+        assert generator.summary.rejected[503] >= 6
+        assert generator.summary.rejected[429] == 0
+        stop.set()
+    with anyio.fail_after(1):
+        await generator.wait_refused(429, 1)  # the run ended: nobody waits for ever
