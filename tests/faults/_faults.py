@@ -54,16 +54,18 @@ from tests.e2e._cluster import (
     start_cluster,
 )
 from tests.e2e._landed import LandingZone, duplicates
-from tests.e2e._load import LoadGenerator, LoadPlan, project_id
+from tests.e2e._load import LoadGenerator, LoadPlan, LoadSummary, project_id
 from tests.faults._proxy import HOST as PROXY_HOST
 from tests.faults._proxy import TcpProxy
 
 __all__ = [
     "FAILOVER_BOUND",
+    "FAULT_STREAM_CAP",
     "HANDLERS",
     "LEADERS",
     "LOAD",
     "MARGIN",
+    "MIN_ROW_ACCEPTED",
     "FaultRun",
     "Row",
 ]
@@ -94,6 +96,22 @@ ZONE_POLL = 0.5
 CHURN_SECONDS = 60.0
 DEAD_LETTER_BOUND = 30.0  # a poison message is listed as a dead letter within this
 RELEASE_REFUSAL = 8.0  # how long the store refuses releases after the first one failed
+# The data stream's cap in a fault run on NATS: small enough that the load fills it within
+# a row once every handler is stopped, twice what the leader's trimming keeps while a
+# failover stops it (about the lease plus MARGIN of the load, a few MB).
+FAULT_STREAM_CAP = 8 << 20
+STREAM_FILL_BOUND = 120.0  # seconds the load gets to fill the stream past its trim mark
+FULL_REFUSALS = 20  # 503s that show the stream pushing back, not one unlucky request
+# A row judged on few messages proves little: each lasts seconds under LOAD (800 msgs/s).
+MIN_ROW_ACCEPTED = 500
+
+
+# The coordination store's address variable and URL form, for a process behind a proxy.
+_PROXIED_URL = {
+    "etcd": ("SHOAL_ETCD_ENDPOINTS", "{}"),
+    "redis": ("SHOAL_REDIS_URL", "redis://{}"),
+    "nats": ("SHOAL_NATS_KV_URL", "nats://{}"),
+}
 
 
 @dataclass
@@ -139,6 +157,7 @@ class FaultRun:
         self.load: LoadGenerator | None = None
         self._stop_load = anyio.Event()
         self._zone_lock = anyio.Lock()  # a LandingZone is read by one refresh at a time
+        self.unanswered: list[str] = []  # landed message ids no 202 named (``finish``)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -169,7 +188,12 @@ class FaultRun:
                 missing = set(accepted) - self.zone.ids().keys()
                 if missing:
                     await anyio.sleep(ZONE_POLL)
-        dupes = duplicates(self.zone.ids())
+        landed = self.zone.ids()
+        dupes = duplicates(landed)
+        # A message the broker stored although the gateway did not answer 202 for it (a
+        # 503 after the store, a gateway killed before its answer): the simulator sent its
+        # payload again under a new id, so it landed twice in all but id.
+        self.unanswered = sorted(landed.keys() - set(accepted))
         for index, row in enumerate(self.rows):
             end = self.rows[index + 1].first if index + 1 < len(self.rows) else len(accepted)
             window = accepted[row.first : end]
@@ -180,21 +204,19 @@ class FaultRun:
 
     async def _route_through_proxies(self, tg: Any) -> None:
         """The last handler and every leader reach the coordination store through a
-        ``TcpProxy`` of their own (etcd and Redis: a Kafka client follows the brokers'
-        advertised addresses around any proxy in front of the bootstrap port)."""
+        ``TcpProxy`` of their own (etcd, Redis, NATS KV on a URL of its own: a Kafka
+        client follows the brokers' advertised addresses around any proxy in front of the
+        bootstrap port)."""
         kind = self.backends.split("+")[0]
-        if kind not in ("etcd", "redis") or kind not in self.servers:
+        if kind not in _PROXIED_URL or kind not in self.servers:
             return
         host, port = self.servers[kind].endpoint.split(",")[0].rsplit(":", 1)
+        variable, url = _PROXIED_URL[kind]
         for name in (HANDLERS[-1], *LEADERS):
             proxy = TcpProxy(host, int(port))
             await tg.start(proxy.serve)
             self.proxies[name] = proxy
-            self.cluster.process_env[name] = (
-                {"SHOAL_ETCD_ENDPOINTS": f"{PROXY_HOST}:{proxy.port}"}
-                if kind == "etcd"
-                else {"SHOAL_REDIS_URL": f"redis://{PROXY_HOST}:{proxy.port}"}
-            )
+            self.cluster.process_env[name] = {variable: url.format(f"{PROXY_HOST}:{proxy.port}")}
 
     async def inject(self, fault: str) -> Row:
         """The fault row ``fault`` (a name of ``tests.faults._matrix.rows_of``)."""
@@ -207,6 +229,9 @@ class FaultRun:
             return await self.server_restarted(transport, "broker")
         inject: Callable[[], Awaitable[Row]] = getattr(self, fault)
         return await inject()
+
+    def load_summary(self) -> LoadSummary:
+        return self._load().summary
 
     def _load(self) -> LoadGenerator:
         if self.load is None:
@@ -545,6 +570,46 @@ class FaultRun:
         row.notes["loads"] = loads
         if loads[-1] - loads[0] > 1:
             row.problems.append(f"not balanced within one after the churn: {loads}")
+        return row
+
+    async def stream_full(self) -> Row:
+        """Every handler leaves (SIGTERM) while the load goes on, until the data stream
+        (``FAULT_STREAM_CAP``) is full and the gateway answers 503; then they come back.
+        The full stream drops nothing, the leader keeps its term (lease renewals go to the
+        coordination bucket, not the full stream) and the handlers consume within the
+        bound once back."""
+        row = self._begin("data stream full: every handler stopped, then back")
+        cluster, load = self.cluster, self._load()
+        leader = await cluster.active_leader()
+        assert leader is not None, "nobody leads before the stream fills"
+        refused_before = load.summary.rejected[503]
+        for name in HANDLERS:
+            cluster.kill(name, signal.SIGTERM)
+        for name in HANDLERS:
+            await cluster.wait_exit(name, 30.0)
+        filling = time.time()
+        with anyio.move_on_after(STREAM_FILL_BOUND):
+            await load.wait_refused(503, refused_before + FULL_REFUSALS)
+        refused = load.summary.rejected[503] - refused_before
+        row.notes["refused_503"] = refused
+        row.notes["fill_s"] = round(time.time() - filling, 1)
+        if refused < FULL_REFUSALS:
+            row.problems.append(
+                f"the gateway answered {refused} 503s in {STREAM_FILL_BOUND:.0f} s with every "
+                "handler stopped: the stream did not push back"
+            )
+        back = time.time()
+        for name in HANDLERS:
+            await cluster.start_handler(name, ready=False)
+        await self.consumed_again(
+            row, range(cluster.partitions), back, TAKEOVER_BOUND, "every partition"
+        )
+        await self.settle(HANDLERS)
+        after = await cluster.active_leader()
+        if after != leader:
+            row.problems.append(
+                f"leadership changed while the stream was full: {leader} -> {after}"
+            )
         return row
 
     async def release_refused(self, victim: str = "h6", joiner: str = "h7") -> Row:

@@ -26,7 +26,15 @@ __all__ = [
     "select",
 ]
 
-PAIRS = ("nats+nats", "etcd+nats", "redis+nats", "kafka+kafka", "etcd+kafka", "redis+kafka")
+PAIRS = (
+    "nats+nats",
+    "etcd+nats",
+    "redis+nats",
+    "kafka+kafka",
+    "nats+kafka",
+    "etcd+kafka",
+    "redis+kafka",
+)
 DEFAULT_PAIR = "nats+nats"  # shoal up's and the services' default
 SAMPLE_ROWS = 4  # rows of the other pairs a tier run takes, besides the default pair's
 
@@ -40,7 +48,9 @@ _EVERY_PAIR = (
     "poison_message",
     "handler_churn",
 )
-_PROXIED_STORES = ("etcd", "redis")  # a TcpProxy can cut a process off from these
+# A TcpProxy can cut a process off from these (NATS KV: its coordination connection alone,
+# SHOAL_NATS_KV_URL, while its transport keeps SHOAL_NATS_URL).
+_PROXIED_STORES = ("nats", "etcd", "redis")
 
 
 def rows_of(pair: str) -> tuple[str, ...]:
@@ -51,6 +61,8 @@ def rows_of(pair: str) -> tuple[str, ...]:
         rows += ["handler_cut_off", "leader_cut_off"]
     if coordination == "redis":  # an ACL can make one user's hold writes fail
         rows.append("release_refused")
+    if transport == "nats":  # a size cap with discard: new (Kafka deletes by retention)
+        rows.append("stream_full")
     if coordination == transport:
         rows.append("server_restarted")
     else:

@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 from tests.e2e._cluster import Cluster
-from tests.faults._faults import FaultRun, Row
+from tests.faults._faults import FAULT_STREAM_CAP, MIN_ROW_ACCEPTED, FaultRun, Row
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -44,7 +44,8 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
     fault_rows: list[str],
 ) -> None:
     coordination, transport = pair.split("+")
-    cluster = make_cluster("faults", coordination, transport)
+    capped = {"SHOAL_NATS_MAX_BYTES": str(FAULT_STREAM_CAP)} if transport == "nats" else {}
+    cluster = make_cluster("faults", coordination, transport, settings=capped)
     servers = {
         kind: request.getfixturevalue(f"{kind}_server") for kind in {coordination, transport}
     }
@@ -59,8 +60,18 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
                 tg.cancel_scope.cancel()
             network.cancel_scope.cancel()  # the proxies outlive the processes using them
     print_rows(run.rows)
+    summary = run.load_summary()
+    print(f"FAULT {pair} load: {summary.line()} landed without a 202: {len(run.unanswered)}")
     problems = [f"{row.fault}: {p}" for row in run.rows for p in row.problems]
+    problems += [
+        f"{row.fault}: only {row.last - row.first} messages accepted while it lasted "
+        f"(at least {MIN_ROW_ACCEPTED}: the row must run under load)"
+        for row in run.rows
+        if row.last - row.first < MIN_ROW_ACCEPTED
+    ]
+    assert summary.failed_batches == 0, f"the simulator gave up batches: {summary.last_error}"
     assert not missing, f"{len(missing)} accepted messages never landed"
+    assert not run.unanswered, f"{len(run.unanswered)} messages landed without a 202"
     assert all(row.lost == 0 for row in run.rows)
     assert all(row.duplicated == 0 for row in run.rows), "exactly-once landing broke"
     assert not problems, "; ".join(problems)

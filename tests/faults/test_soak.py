@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 MESSAGES = int(os.environ.get("SHOAL_SOAK_MESSAGES", "200000"))
 BACKENDS = os.environ.get("SHOAL_SOAK_BACKENDS", "etcd+nats")
+SOAK_STREAM_CAP = 256 << 20
 BETWEEN_FAULTS = 3.0  # seconds of undisturbed load after each fault recovered
 
 
@@ -33,7 +34,9 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
     make_cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:
     coordination, transport = BACKENDS.split("+")
-    cluster = make_cluster("soak", coordination, transport)
+    # Four times the load of a fault run: room for what a failover leaves untrimmed.
+    capped = {"SHOAL_NATS_MAX_BYTES": str(SOAK_STREAM_CAP)} if transport == "nats" else {}
+    cluster = make_cluster("soak", coordination, transport, settings=capped)
     run = FaultRun(cluster, BACKENDS)
     # Unbounded load, stopped by finish() after the fault during which the count passed
     # MESSAGES: every fault, the last one too, recovers under load.
@@ -65,6 +68,7 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
     print(
         f"SOAK {BACKENDS}: accepted={accepted} (at least {MESSAGES}) faults={len(run.rows)} "
         f"lost={len(missing)} duplicated={sum(r.duplicated for r in run.rows)} "
+        f"landed_without_202={len(run.unanswered)} "
         f"{summary.line()}"
     )
     audit = run_audit(cluster)
@@ -76,6 +80,7 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
     problems = [f"{row.fault}: {p}" for row in run.rows for p in row.problems]
     assert accepted >= MESSAGES and not summary.failed_batches, summary.line()
     assert not missing, f"{len(missing)} accepted messages never landed"
+    assert not run.unanswered, f"{len(run.unanswered)} messages landed without a 202"
     assert audit["lost"] == 0 and audit["dead_lettered"] == 0
     assert audit["accepted"] == accepted
     assert audit["duplicated"] == 0
