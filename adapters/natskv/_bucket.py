@@ -8,7 +8,12 @@ NATS fails).
 - ``create`` is create-if-absent, also over a marker (a plain ``last=0`` is refused while
   the marker is stored: it compares against the marker's revision instead);
 - ``update`` and ``delete`` compare the key's revision (``Nats-Expected-Last-Subject-
-  Sequence``); a delete is a purge marker that itself lives ``marker_ttl`` seconds;
+  Sequence``); a delete is a purge marker that stays until the key is written again. Not
+  one with a TTL: on a file stream of one replica, nats-server revives a value removed
+  by a purge (or a TTL) after an unclean shutdown once no marker shadows it any more
+  (nats-io/nats-server#8505, open on 2.15.1; a member that left came back after a kill -9
+  in the fault matrix), so the marker must outlive the shutdown. Server-placed expiry
+  markers live ``marker_ttl`` (a day by default) for the same reason;
 - ``snapshot`` reads every live key under a prefix (an ordered consumer, last per subject).
 
 TTLs are whole seconds on the wire (``Nats-TTL``): rounded up, so the server never ends a
@@ -138,9 +143,10 @@ class Bucket:
                 _log.debug("bucket %s: create raced: %s", self.name, exc)
         else:
             stream = info.config
-            if not stream.allow_msg_ttl or not stream.subject_delete_marker_ttl:
+            if not stream.allow_msg_ttl or stream.subject_delete_marker_ttl != s.marker_ttl:
                 # An older bucket: without these, TTL writes are refused and expirations
-                # are invisible to watchers. Both can be switched on in place.
+                # are invisible to watchers (or their markers expire too soon, module doc).
+                # Both can be changed in place.
                 stream.allow_msg_ttl = True
                 stream.subject_delete_marker_ttl = s.marker_ttl
                 await js.update_stream(stream)
@@ -286,11 +292,9 @@ class Bucket:
 
     async def delete(self, key: str, *, last: int | None = None) -> bool:
         """Delete ``key`` (if its revision is still ``last``, when given): False when it
-        was not. The purge marker lives ``marker_ttl`` seconds, for the watchers."""
+        was not. The purge marker stays until the key is written again (module doc)."""
         headers = {_KV_OP: "PURGE", "Nats-Rollup": "sub"}
-        revision = await self._publish(
-            key, b"", last=last, ttl=self.settings.marker_ttl, headers=headers
-        )
+        revision = await self._publish(key, b"", last=last, ttl=None, headers=headers)
         return revision is not None
 
     async def snapshot(self, prefix: str) -> dict[str, Entry]:

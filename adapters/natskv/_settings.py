@@ -40,9 +40,11 @@ class NatsKvSettings(BaseSettings):
     replicas: Literal[1, 3, 5] = 1
     history: int = Field(default=1, ge=1, le=64)
     marker_ttl: float = Field(
-        default=60.0,
+        default=86_400.0,
         ge=1,
-        description="how long delete and expiry markers stay (watchers see them meanwhile)",
+        description="how long the server's expiry markers stay (watchers see them meanwhile; "
+        "long, because a value the marker no longer shadows can come back after an unclean "
+        "shutdown of a one-replica server, nats-io/nats-server#8505)",
     )
     call_timeout: float = Field(default=5.0, gt=0, description="bound on every network call")
     max_renew_interval: float = Field(

@@ -91,7 +91,7 @@ def server_features(server: ServerInfo, expiry_slack: float) -> Features:
     return Features(restartable=True, restart_unavailable=why, expiry_slack=expiry_slack)
 
 
-def _restart_checks_run(features: Features) -> None:
+def restart_checks_run(features: Features) -> None:
     __tracebackhide__ = True  # a skip names the restart check's line
     if not features.restartable:
         not_applicable("the harness cannot restart this store")
@@ -340,7 +340,7 @@ class MembershipContract:
             assert not a.is_lost()  # asking changed nothing
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
-        _restart_checks_run(harness.features)
+        restart_checks_run(harness.features)
         async with (
             harness.membership() as observer,
             harness.membership() as membership,
@@ -676,7 +676,7 @@ class AssignmentStoreContract:
                 assert await next_within(updates) == owners(4, "b")
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
-        _restart_checks_run(harness.features)
+        restart_checks_run(harness.features)
         async with (
             harness.election() as election,
             harness.store() as store,

@@ -42,6 +42,8 @@ from tests.contract._coordination import (
     LoadReportsContract,
     MembershipContract,
     ProjectRegistryContract,
+    restart_checks_run,
+    retry_while_unavailable,
     server_features,
     until,
     watching,
@@ -181,3 +183,29 @@ async def test_the_bucket_keeps_per_key_ttls_and_expiry_markers_on_file_storage(
             harness.pause_renewal(lease)
             async with watching(membership.watch()) as updates:
                 await until(updates, lambda m: m == set(), 1.0 + EXPIRY_SLACK + 2)
+
+
+@pytest.mark.natskv
+@pytest.mark.anyio
+async def test_a_member_that_left_stays_gone_after_the_server_is_killed(
+    harness: NatsKvHarness,
+) -> None:
+    """nats-io/nats-server#8505 (open on 2.15.1): on a one-replica file stream, a value
+    removed by a purge comes back after an unclean shutdown once its marker expired. With
+    TTL'd delete markers (1 s here, 60 s by default then) a member that left came back
+    for good; a delete marker without a TTL keeps it shadowed."""
+    restart_checks_run(harness.features)
+    server = harness._server.process
+    assert server is not None
+    settings = harness.settings.model_copy(update={"marker_ttl": 1.0})
+    async with NatsKvMembership(settings) as membership:
+        await membership.join("stays", 60.0)
+        leaving = await membership.join("leaves", 60.0)
+        await leaving.leave()
+        assert await membership.members() == {"stays"}
+        # The bug needs the marker gone: a TTL'd one would have expired by now. Time is
+        # the condition here, not a stand-in for an event.
+        await anyio.sleep(settings.marker_ttl + EXPIRY_SLACK + 1.0)
+        await anyio.to_thread.run_sync(server.kill)
+        await anyio.to_thread.run_sync(server.restart)
+        assert await retry_while_unavailable(membership.members) == {"stays"}
