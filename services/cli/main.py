@@ -344,7 +344,8 @@ def migrate(
             load_settings,
         )
 
-        settle = load_settings(GatewaySettings).publish_timeout + 1.0
+        gateway = load_settings(GatewaySettings)  # a request publishes until its deadline
+        settle = max(gateway.publish_deadline, gateway.publish_timeout) + 1.0
 
     async def run() -> None:
         async with AsyncExitStack() as stack:

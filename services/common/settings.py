@@ -112,6 +112,9 @@ class GatewaySettings(BaseSettings):
     max_message_bytes: int = Field(default=256 * 1024, ge=1)
     max_messages_per_request: int = Field(default=10_000, ge=1)
     publish_timeout: float = Field(default=10.0, gt=0)
+    # Unconfirmed publishes are made again with the same messages (ids) until this many
+    # seconds after the first: a 503 only once the broker has had this long.
+    publish_deadline: float = Field(default=20.0, gt=0)
     retry_after_seconds: int = Field(default=2, ge=1)
     # Ingest requests in flight at once (reading, parsing, publishing); past it: 503.
     max_concurrent_requests: int = Field(default=256, ge=1)

@@ -141,6 +141,7 @@ def create_app(
     limits: IngestLimits,
     publish_timeout: float,
     retry_after_seconds: int,
+    publish_deadline: float | None = None,
     ledger: AcceptanceLedger | None = None,
     max_concurrent_requests: int = 256,
     api_keys: ApiKeyStore | None = None,
@@ -164,7 +165,11 @@ def create_app(
     request is read, stored or recorded.
 
     A request with an ``Idempotency-Key`` goes through ``idempotency``
-    (``services.gateway.idempotency``; without a store, one in this process's memory)."""
+    (``services.gateway.idempotency``; without a store, one in this process's memory).
+
+    A publish the broker did not confirm within ``publish_timeout`` is made again with the
+    same messages until ``publish_deadline`` (default: one attempt), then answered 503
+    (``RecordedPublish``)."""
     app = FastAPI(title="shoal gateway", docs_url=None, redoc_url=None)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
@@ -224,6 +229,7 @@ def create_app(
         publish_timeout=publish_timeout,
         retry_after_seconds=retry_after_seconds,
         refuse=refuse,
+        publish_deadline=publish_deadline if publish_deadline is not None else publish_timeout,
     )
     idempotent = IdempotentIngest(
         publish=publish,

@@ -73,6 +73,7 @@ async def serve(container: GatewayContainer) -> None:
                 max_messages=settings.max_messages_per_request,
             ),
             publish_timeout=settings.publish_timeout,
+            publish_deadline=settings.publish_deadline,
             retry_after_seconds=settings.retry_after_seconds,
             ledger=ledger,
             max_concurrent_requests=settings.max_concurrent_requests,

@@ -29,6 +29,7 @@ from core.errors import PublishError
 from core.ingest import announcement
 from core.messages import Envelope, LedgerEntry, Outcome
 from core.ports import AcceptanceLedger
+from core.retry import retry_delay
 from services.common.logs import fields
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["LedgerBook", "Publisher", "RecordedPublish"]
 
 log = logging.getLogger("shoal.gateway")
+
+_REPUBLISH_BASE = 0.25  # seconds before the first re-publish of unconfirmed messages
+_REPUBLISH_CAP = 2.0
 
 
 class Publisher(Protocol):
@@ -94,6 +98,7 @@ class RecordedPublish:
     publish_timeout: float
     retry_after_seconds: int
     refuse: Callable[..., JSONResponse]
+    publish_deadline: float
 
     async def __call__(
         self,
@@ -130,9 +135,7 @@ class RecordedPublish:
             batches = [[announced], batches[0]] if announce_apart else [[announced, *envelopes]]
         started = time.perf_counter()
         try:
-            with anyio.fail_after(self.publish_timeout):
-                for batch in batches:
-                    await self.transport.publish(batch)
+            await self._publish_until_answered(batches)
         except Exception as exc:  # a reserved range is always recorded, and never a 500
             await self._record(project_id, envelopes, series, received_at, Outcome.REFUSED)
             if first_time:
@@ -154,6 +157,36 @@ class RecordedPublish:
         self.metrics.published.inc(len(envelopes) + first_time)
         self.metrics.accepted.inc(len(envelopes))
         return None
+
+    async def _publish_until_answered(self, batches: Sequence[Sequence[Envelope]]) -> None:
+        """Publish ``batches`` in order. A failed attempt may still have been stored (a
+        timeout, a lost confirmation, a broker that restarted), and a 503 then would make a
+        client without an Idempotency-Key send the messages again under new ids: a
+        duplicate nothing can tell. So the same messages (the same ids: a second copy is
+        dropped by the broker's or the subscriptions' duplicate window) are published again
+        until the broker confirms them or ``publish_deadline`` passes; the caller answers
+        503 only then."""
+        deadline = anyio.current_time() + self.publish_deadline
+        failures = 0
+        pending = list(batches)
+        while True:
+            left = deadline - anyio.current_time()
+            try:
+                with anyio.fail_after(max(min(self.publish_timeout, left), 0.001)):
+                    while pending:
+                        await self.transport.publish(pending[0])
+                        del pending[0]
+                return
+            except (PublishError, TimeoutError) as exc:
+                failures += 1
+                wait = retry_delay(failures, base=_REPUBLISH_BASE, cap=_REPUBLISH_CAP)
+                if anyio.current_time() + wait >= deadline:
+                    raise
+                log.info(
+                    "publish not confirmed; publishing the same messages again",
+                    extra=fields(attempt=failures, error=repr(exc), retry_in=wait),
+                )
+                await anyio.sleep(wait)
 
     async def _record(
         self,

@@ -314,6 +314,51 @@ async def test_ledger_records_accepted_and_refused_ranges_when_a_ledger_is_given
     ]
 
 
+class ConfirmationLostTransport(InMemoryTransport):
+    """Stores the first batch but its confirmation is lost (a broker restarting): the
+    publish raises although the messages are there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        self.attempts += 1
+        await super().publish(envelopes)
+        if self.attempts == 1:
+            raise PublishError(f"0 of {len(envelopes)} confirmed: the answer was lost")
+
+
+async def test_an_unconfirmed_publish_is_made_again_with_the_same_ids_and_answered_202() -> None:
+    """A 503 here would make a client without a key send the messages again under new
+    ids: a duplicate. The gateway publishes the same messages again (a no-op where they
+    were stored) and answers once the broker confirms them."""
+    ledger = InMemoryLedger()
+    async with ConfirmationLostTransport() as flaky:
+        app = create_app(
+            flaky,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(max_body_bytes=10_000, max_message_bytes=1_000, max_messages=50),
+            publish_timeout=5.0,
+            publish_deadline=10.0,
+            retry_after_seconds=3,
+            ledger=ledger,
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+            response = await client.post(
+                "/v1/projects/dev-8/messages", content=b'{"a": 1}\n{"a": 2}'
+            )
+        assert response.status_code == 202
+        assert flaky.attempts == 2
+        stored = await _stored(flaky, partition_for("dev-8", 128))
+    data = [e for e in stored if e.kind is MessageKind.DATA]
+    assert sorted(e.message_id for e in data) == sorted(response.json()["message_ids"])
+    assert [(e.first_sequence, e.outcome) for e in ledger.entries] == [(1, Outcome.ACCEPTED)]
+
+
 class FailingLedger(InMemoryLedger):
     """A ledger on a volume that refuses writes while ``failing`` (a full disk)."""
 
