@@ -96,11 +96,14 @@ ZONE_POLL = 0.5
 CHURN_SECONDS = 60.0
 DEAD_LETTER_BOUND = 30.0  # a poison message is listed as a dead letter within this
 RELEASE_REFUSAL = 8.0  # how long the store refuses releases after the first one failed
-# The data stream's cap in a fault run on NATS: small enough that the load fills it within
-# a row once every handler is stopped, twice what the leader's trimming keeps while a
-# failover stops it (about the lease plus MARGIN of the load, a few MB).
-FAULT_STREAM_CAP = 8 << 20
-STREAM_FILL_BOUND = 120.0  # seconds the load gets to fill the stream past its trim mark
+# The data stream's cap in a fault run on NATS: room for what handlers hold unacked (a roll
+# age of the load, about 5 MB) plus what the leader keeps until it trims at half the cap,
+# plus what a failover leaves untrimmed (the lease and MARGIN of the load, a few MB).
+FAULT_STREAM_CAP = 16 << 20  # 32 MiB took 98 s to fill here, load and burst together
+# With every handler stopped, devices of their own fill the stream in seconds (the steady
+# load alone would take minutes): unthrottled, large batches.
+BURST = LoadPlan(messages=None, projects=500, batch=100, concurrency=8, retry_after_stop=False)
+STREAM_FILL_BOUND = 150.0  # seconds the loads get to fill the stream (about 40 here)
 FULL_REFUSALS = 20  # 503s that show the stream pushing back, not one unlucky request
 # A row judged on few messages proves little: each lasts seconds under LOAD (800 msgs/s).
 MIN_ROW_ACCEPTED = 500
@@ -158,6 +161,8 @@ class FaultRun:
         self._stop_load = anyio.Event()
         self._zone_lock = anyio.Lock()  # a LandingZone is read by one refresh at a time
         self.unanswered: list[str] = []  # landed message ids no 202 named (``finish``)
+        self._tg: Any = None
+        self._extra: list[tuple[Row, list[str]]] = []  # ids accepted by a row's own load
 
     # -- running ----------------------------------------------------------------------------
 
@@ -168,6 +173,7 @@ class FaultRun:
         cluster = self.cluster
         await self._route_through_proxies(network)
         await start_cluster(cluster, LEADERS, HANDLERS)
+        self._tg = tg
         tg.start_soon(cluster.record_status, self.history)
         tg.start_soon(self.watch_zone)
         self.load = LoadGenerator(cluster.process("gateway").url, plan)
@@ -181,11 +187,12 @@ class FaultRun:
         self._stop_load.set()
         await load.wait_stopped()
         accepted = list(load.summary.accepted)
-        missing = set(accepted)
+        extra = [m for _, ids in self._extra for m in ids]
+        missing = set(accepted) | set(extra)
         with anyio.move_on_after(within):
             while missing:
                 await self.refresh_zone()
-                missing = set(accepted) - self.zone.ids().keys()
+                missing = (set(accepted) | set(extra)) - self.zone.ids().keys()
                 if missing:
                     await anyio.sleep(ZONE_POLL)
         landed = self.zone.ids()
@@ -193,13 +200,17 @@ class FaultRun:
         # A message the broker stored although the gateway did not answer 202 for it (a
         # 503 after the store, a gateway killed before its answer): the simulator sent its
         # payload again under a new id, so it landed twice in all but id.
-        self.unanswered = sorted(landed.keys() - set(accepted))
+        self.unanswered = sorted(landed.keys() - set(accepted) - set(extra))
         for index, row in enumerate(self.rows):
             end = self.rows[index + 1].first if index + 1 < len(self.rows) else len(accepted)
             window = accepted[row.first : end]
             row.last = end
             row.lost = sum(1 for m in window if m in missing)
             row.duplicated = sum(1 for m in window if m in dupes)
+        for row, ids in self._extra:
+            row.lost += sum(1 for m in ids if m in missing)
+            row.duplicated += sum(1 for m in ids if m in dupes)
+            row.notes["burst_accepted"] = len(ids)
         return missing
 
     async def _route_through_proxies(self, tg: Any) -> None:
@@ -573,8 +584,9 @@ class FaultRun:
         return row
 
     async def stream_full(self) -> Row:
-        """Every handler leaves (SIGTERM) while the load goes on, until the data stream
-        (``FAULT_STREAM_CAP``) is full and the gateway answers 503; then they come back.
+        """Every handler leaves (SIGTERM) while the load goes on and a burst of devices
+        (``BURST``) fills the data stream (``FAULT_STREAM_CAP``) until the gateway answers
+        the load 503; then they come back. The burst's accepted messages are judged too.
         The full stream drops nothing, the leader keeps its term (lease renewals go to the
         coordination bucket, not the full stream) and the handlers consume within the
         bound once back."""
@@ -588,8 +600,14 @@ class FaultRun:
         for name in HANDLERS:
             await cluster.wait_exit(name, 30.0)
         filling = time.time()
+        burst = LoadGenerator(cluster.process("gateway").url, BURST)
+        stop_burst = anyio.Event()
+        self._tg.start_soon(burst.run, stop_burst)
         with anyio.move_on_after(STREAM_FILL_BOUND):
             await load.wait_refused(503, refused_before + FULL_REFUSALS)
+        stop_burst.set()
+        await burst.wait_stopped()
+        self._extra.append((row, list(burst.summary.accepted)))
         refused = load.summary.rejected[503] - refused_before
         row.notes["refused_503"] = refused
         row.notes["fill_s"] = round(time.time() - filling, 1)
