@@ -425,7 +425,8 @@ class NatsTransport(Lifecycle):
                     dropped += await self._purge_below(subject, floor + 1)
         after = (await js.stream_info(s.stream)).state
         if after.bytes >= s.trim_at * cap:
-            held = sorted({name for _, name in floors.values()})
+            lowest = sorted(floors.values())  # the consumers furthest behind hold it
+            held = list(dict.fromkeys(name for _, name in lowest))
             log.warning(
                 "stream %s holds %d of its %d bytes after dropping %d landed messages: "
                 "unlanded messages (a stopped handler, a consumer left behind: %s) fill it",
