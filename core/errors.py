@@ -7,8 +7,8 @@
   - ``UnknownStrategyError`` (a ``LookupError``), ``InvalidScalingSettings`` (a ``ValueError``)
   - coordination: ``StoreUnavailableError``, ``LeaseLostError``, ``MemberExistsError``,
     ``FencedError``
-  - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``),
-    ``DurabilityError``
+  - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``) and its
+    ``PositionGoneError``, ``DurabilityError``
   - any server: ``IncompatibleServerError``
   - landing: ``OwnershipLostError``, ``CommitConflictError``
   - routing: ``RouteError`` (a ``ValueError``), ``RouteConflictError``
@@ -75,6 +75,12 @@ class PublishError(ShoalError):
 class BrokerUnavailableError(ShoalError, TimeoutError):
     """The broker did not confirm in time (a settlement, a commit, a position read): what
     was asked may or may not have happened; unsettled messages are redelivered."""
+
+
+class PositionGoneError(BrokerUnavailableError):
+    """The partition's log no longer holds the subscription's position (re-created, cut
+    short, or aged out below it): the subscription is closed and the partition opened
+    again, from what is stored."""
 
 
 class DurabilityError(ShoalError):

@@ -272,8 +272,10 @@ class Subscription(Protocol):
     @property
     def log_id(self) -> str:
         """Names the broker log the deliveries' positions belong to: the same for every
-        subscription to this stream or topic, another once it is recreated or on another
-        cluster (NATS: stream name and creation time; Kafka: cluster id and topic)."""
+        subscription to this stream or topic, another on another cluster (NATS: stream
+        name and creation time, kept by a restore from a backup; Kafka: cluster id and
+        topic, kept by a re-created topic). A position may so be handed out again: a row
+        of the landed table settles only its own message (``core.table``)."""
         ...
 
     @property
@@ -283,7 +285,9 @@ class Subscription(Protocol):
         ...
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109 (the broker-side pull wait)
-        """Up to ``max_messages`` deliveries; an empty sequence when none arrived in ``timeout``."""
+        """Up to ``max_messages`` deliveries; an empty sequence when none arrived in ``timeout``.
+        ``PositionGoneError`` when the log no longer holds the subscription's position (the
+        caller closes it and opens the partition again)."""
         ...
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
@@ -429,9 +433,11 @@ class LandedTable(Protocol):
         the token of the last commit that landed rows of that log, None when none did."""
         ...
 
-    async def settled(self, floors: Mapping[LogKey, int]) -> Mapping[LogKey, frozenset[int]]:
+    async def settled(
+        self, floors: Mapping[LogKey, int]
+    ) -> Mapping[LogKey, Mapping[int, frozenset[str]]]:
         """For each log in ``floors``: the positions at or above its floor that rows of the
-        snapshot were delivered at."""
+        snapshot were delivered at, each with the message ids of those rows."""
         ...
 
     async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:

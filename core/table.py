@@ -9,11 +9,20 @@ partition's log (the NATS stream sequence, the Kafka offset), the same on every
 redelivery. A ``LogKey`` names one partition's log at one broker, so positions of a
 recreated stream, or of another cluster, never meet those of the old one.
 
-**A position is settled** when it is below the broker's ack floor for its log (a handler
-acks only what the table holds, or what went to the dead letters), or when a row of the
-table was delivered at it. A batch leaves out the messages any of whose positions is
-settled (a redelivery of something another handler, or this one before a crash, landed)
-and only acks them.
+**A place is settled** (a message at a position) when the position is below the broker's
+ack floor for its log (a handler acks only what the table holds, or what went to the dead
+letters), or when a row of the table holds that message at that position. A batch leaves
+out the messages any of whose places is settled (a redelivery of something another
+handler, or this one before a crash, landed) and only acks them.
+
+**A position can be handed out again.** A log restored from a backup (a NATS stream keeps
+its name and creation time), one that lost its tail (relaxed sync and an OS crash, a Kafka
+unclean election), or one deleted and re-created under its name gives new messages
+positions that rows of the table already hold. So a row settles only the message it holds:
+a new message at a used position is planned as new and lands, and the plan names the
+position as ``reused`` for the lander to report. Below the floor no row is consulted; the
+lander keeps each floor no higher than the broker's (a floor that goes down is the same
+sign of a reused log) and asks the broker again before trusting it for a delivery below.
 
 **Fencing.** Every commit also sets one Delta app transaction per log it lands rows of:
 app id ``transaction_app_id(key)``, version a ``token`` unique to that commit. Delta
@@ -39,6 +48,7 @@ __all__ = [
     "LandedFile",
     "LandingPlan",
     "LogKey",
+    "Place",
     "Settled",
     "commit_landed",
     "days_to_compact",
@@ -79,37 +89,53 @@ class LandedFile:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """The settled positions of one log: every one below ``floor``, and those in ``above``
-    (each at or above the floor). Memory is bounded by what the broker has not acked yet,
-    not by history."""
+    """The settled places of one log: every position below ``floor``; at or above it, the
+    messages rows of the table hold at each position (``above``: position -> message ids).
+    Memory is bounded by what the broker has not acked yet, not by history."""
 
     floor: int = 0
-    above: frozenset[int] = field(default_factory=frozenset)
+    above: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
-    def __contains__(self, position: int) -> bool:
-        return position < self.floor or position in self.above
+    def settles(self, position: int, message_id: str) -> bool:
+        return position < self.floor or message_id in self.above.get(position, ())
 
-    def adding(self, positions: Iterable[int]) -> Settled:
-        return Settled(self.floor, self.above.union(p for p in positions if p >= self.floor))
+    def reused(self, position: int, message_id: str) -> bool:
+        """Whether a row holds another message at ``position``: the log handed it out again."""
+        held = self.above.get(position)
+        return held is not None and message_id not in held
+
+    def adding(self, places: Iterable[tuple[int, str]]) -> Settled:
+        above = dict(self.above)
+        for position, message_id in places:
+            if position >= self.floor:
+                above[position] = above.get(position, frozenset()) | {message_id}
+        return Settled(self.floor, above)
 
     def raised_to(self, floor: int) -> Settled:
-        """Every position below ``floor`` settled too (a floor never goes down)."""
+        """Every position below ``floor`` settled too (a floor never goes down: a lower one
+        is a new view, built from the rows again)."""
         if floor <= self.floor:
             return self
-        return Settled(floor, frozenset(p for p in self.above if p >= floor))
+        return Settled(floor, {p: ids for p, ids in self.above.items() if p >= floor})
+
+
+Place = tuple[int, str]
+"""A message at a position of a log: ``(position, message_id)``."""
 
 
 @dataclass(frozen=True, slots=True)
 class LandingPlan:
     """What a batch commits: the messages whose rows go into the file (``keep``, by
-    message id) and the positions the commit settles (``positions``, sorted)."""
+    message id), the places the commit settles (``places``, sorted, by log) and the
+    positions where rows hold other messages (``reused``: the log handed them out again)."""
 
     keep: frozenset[str]
-    positions: Mapping[LogKey, tuple[int, ...]]
+    places: Mapping[LogKey, tuple[Place, ...]]
+    reused: Mapping[LogKey, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def settles_nothing(self) -> bool:
-        return not self.positions
+        return not self.places
 
 
 def plan_landing(
@@ -117,26 +143,30 @@ def plan_landing(
 ) -> LandingPlan:
     """The plan for a batch of deliveries, each ``(log, position, message_id)``.
 
-    A message is landed already when any of its positions is settled (a redelivery
-    another writer landed, or a second broker copy of it): its row is left out. Every
-    position not yet settled is settled by this commit, whether its row is written or its
-    message is landed already.
+    A message is landed already when any of its places is settled (a redelivery another
+    writer landed, or a second broker copy of it): its row is left out. Every place not
+    yet settled is settled by this commit, whether its row is written or its message is
+    landed already.
     """
     by_message: dict[str, list[tuple[LogKey, int]]] = {}
     for log, position, message_id in deliveries:
         by_message.setdefault(message_id, []).append((log, position))
     keep: set[str] = set()
-    positions: dict[LogKey, set[int]] = {}
+    places: dict[LogKey, set[Place]] = {}
+    reused: dict[LogKey, set[int]] = {}
     nothing = Settled()
-    for message_id, places in by_message.items():
-        fresh = [(k, p) for k, p in places if p not in settled.get(k, nothing)]
-        if len(fresh) == len(places):
+    for message_id, at in by_message.items():
+        fresh = [(k, p) for k, p in at if not settled.get(k, nothing).settles(p, message_id)]
+        if len(fresh) == len(at):
             keep.add(message_id)
         for log, position in fresh:
-            positions.setdefault(log, set()).add(position)
+            places.setdefault(log, set()).add((position, message_id))
+            if settled.get(log, nothing).reused(position, message_id):
+                reused.setdefault(log, set()).add(position)
     return LandingPlan(
         keep=frozenset(keep),
-        positions={k: tuple(sorted(s)) for k, s in sorted(positions.items())},
+        places={k: tuple(sorted(s)) for k, s in sorted(places.items())},
+        reused={k: tuple(sorted(s)) for k, s in sorted(reused.items())},
     )
 
 

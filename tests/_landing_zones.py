@@ -50,7 +50,9 @@ class PassThroughTable:
     def token(self, key: LogKey) -> int | None:
         return self.inner.token(key)
 
-    async def settled(self, floors: Mapping[LogKey, int]) -> Mapping[LogKey, frozenset[int]]:
+    async def settled(
+        self, floors: Mapping[LogKey, int]
+    ) -> Mapping[LogKey, Mapping[int, frozenset[str]]]:
         return await self.inner.settled(floors)
 
     async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:

@@ -40,6 +40,7 @@ TABLE_SCHEMA = LANDED_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string(), null
 _CONFLICT = "Concurrent transaction"
 _TOKENS = "shoal.tokens"  # in a commit's commit info: the tokens it set, by log
 _PLACE_COLUMNS = ["log_id", "partition", "position"]
+_READ_COLUMNS = [*_PLACE_COLUMNS, "message_id"]
 _HISTORY_LIMIT = 1000  # commits since the last snapshot read for their tokens, at most
 # delta-rs cleans expired log entries after every commit when the table allows it, which
 # lists the whole log three times (on a local disk a stat per entry: a commit took 38 ms
@@ -159,27 +160,30 @@ class DeltaLandedTable(Lifecycle):
             self._tokens[key] = self._current().transaction_version(transaction_app_id(key))
         return self._tokens[key]
 
-    async def settled(self, floors: Mapping[LogKey, int]) -> Mapping[LogKey, frozenset[int]]:
+    async def settled(
+        self, floors: Mapping[LogKey, int]
+    ) -> Mapping[LogKey, Mapping[int, frozenset[str]]]:
         if not floors:
             return {}
         snapshot = self._current()
         wanted = {_split(key): (key, floor) for key, floor in floors.items()}
 
-        def read() -> Mapping[LogKey, frozenset[int]]:
-            # The snapshot's files whose statistics allow a wanted position, three columns
+        def read() -> Mapping[LogKey, Mapping[int, frozenset[str]]]:
+            # The snapshot's files whose statistics allow a wanted position, four columns
             # of each, a row group at a time: not DataFusion (a session that stays, 28 MB
             # in every handler) nor pyarrow.dataset (it imports pandas where installed).
             files = pa.table(snapshot.get_add_actions(flatten=True)).to_pylist()
             store = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
-            positions: dict[LogKey, set[int]] = {key: set() for key in floors}
+            found: dict[LogKey, dict[int, set[str]]] = {key: {} for key in floors}
             for file in files:
                 if not any(_may_hold(file, *place, floor) for place, (_, floor) in wanted.items()):
                     continue
                 with store.open_input_file(file["path"]) as stream:
-                    for batch in pq.ParquetFile(stream).iter_batches(columns=_PLACE_COLUMNS):
-                        for log_id, partition, position in _at_or_above(batch, wanted):
-                            positions[wanted[log_id, partition][0]].add(position)
-            return {key: frozenset(p) for key, p in positions.items()}
+                    for batch in pq.ParquetFile(stream).iter_batches(columns=_READ_COLUMNS):
+                        for log_id, partition, position, message_id in _at_or_above(batch, wanted):
+                            at = found[wanted[log_id, partition][0]]
+                            at.setdefault(position, set()).add(message_id)
+            return {key: {p: frozenset(ids) for p, ids in at.items()} for key, at in found.items()}
 
         return await _in_thread(read)
 
@@ -248,8 +252,9 @@ def _may_hold(file: Mapping[str, Any], log_id: str, partition: int, floor: int) 
 
 def _at_or_above(
     batch: pa.RecordBatch, wanted: Mapping[tuple[str, int], tuple[LogKey, int]]
-) -> list[tuple[str, int, int]]:
-    """The (log id, partition, position) of ``batch``'s rows at or above their log's floor."""
+) -> list[tuple[str, int, int, str]]:
+    """The (log id, partition, position, message id) of ``batch``'s rows at or above their
+    log's floor."""
     log_id, partition, position = (batch.column(c) for c in _PLACE_COLUMNS)
     keep = None
     for (wanted_log, wanted_partition), (_, floor) in wanted.items():
@@ -259,7 +264,7 @@ def _at_or_above(
         )
         keep = match if keep is None else pc.or_(keep, match)
     found = batch.filter(keep).to_pydict()
-    return list(zip(*(found[c] for c in _PLACE_COLUMNS), strict=True))
+    return list(zip(*(found[c] for c in _READ_COLUMNS), strict=True))
 
 
 def _split(key: LogKey) -> tuple[str, int]:

@@ -63,6 +63,7 @@ import anyio.lowlevel
 from adapters.kafka._aiokafka import (
     ConsumerStoppedError,
     KafkaError,
+    OffsetOutOfRangeError,
     ProducerFenced,
     stop_quietly,
 )
@@ -70,7 +71,7 @@ from adapters.kafka._codec import decode, dedupe_key
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
-from core.errors import BrokerUnavailableError, FencedError
+from core.errors import BrokerUnavailableError, FencedError, PositionGoneError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
@@ -237,6 +238,14 @@ class KafkaSubscription:
                 records = list(batch.get(self._tp, ()))
             except ConsumerStoppedError:
                 raise anyio.ClosedResourceError from None
+            except OffsetOutOfRangeError as exc:
+                # Resetting in place would read a re-created or cut-short log under the
+                # offsets this subscription settled: ``open()`` decides from the commit.
+                raise PositionGoneError(
+                    f"Kafka: partition {self.partition} no longer holds offset "
+                    f"{self._settlements.read_to} ({exc!r}): the topic was re-created, "
+                    "lost its tail, or aged out below it"
+                ) from exc
             except KafkaError as exc:
                 log.warning("fetch on partition %d: %r", self.partition, exc)
                 await anyio.sleep(max(wait, 0.0))

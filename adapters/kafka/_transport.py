@@ -267,7 +267,9 @@ class KafkaTransport(Lifecycle):
             client_id=client_id,
             group_id=None,  # offsets are committed by the committer, in transactions
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            # A position the log no longer holds is an error (``PositionGoneError``), not
+            # a silent reset: the partition is opened again from its commit.
+            auto_offset_reset="none",
             fetch_max_bytes=s.fetch_max_bytes,
             max_partition_fetch_bytes=s.fetch_max_bytes,
             max_poll_records=s.max_ack_pending,
@@ -409,7 +411,8 @@ class KafkaTransport(Lifecycle):
         log end (the topic was recreated, or an unclean election or a lost single replica
         cut the log's tail) counts as no commit: new records take the offsets the commit
         claims, and starting there would skip them without a trace, so everything still
-        stored is read again (at-least-once; see the README's limits on reused offsets)."""
+        stored is read again (the landed table settles a reused offset only for the message
+        its row holds: ``core.table``)."""
         s = self.settings
         admin, probe = self._started(self._admin), self._started(self._probe)
         got = await committed(

@@ -12,12 +12,12 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import ServiceUnavailableError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from adapters.nats._codec import decode
 from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._subjects import Subjects
-from core.errors import BrokerUnavailableError
+from core.errors import BrokerUnavailableError, PositionGoneError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
@@ -219,12 +219,28 @@ class NatsSubscription:
             # builtin TimeoutError (asyncio's) or nats' own (FetchTimeoutError is one)
             return []
         except (ServiceUnavailableError, nats.errors.NoRespondersError) as exc:
-            # JetStream not ready (a restart, a leader election): nothing arrived; wait
-            # out the timeout so that a caller's loop does not spin.
+            # JetStream not ready (a restart, a leader election), or the consumer is gone
+            # with its stream: nothing arrived; wait out the timeout so that a caller's
+            # loop does not spin.
             log.warning("fetch on partition %d: JetStream unavailable: %r", self.partition, exc)
+            await self._check_consumer()
             await anyio.sleep(max(0.0, start + timeout - anyio.current_time()))
             return []
         return [self._delivery(m) for m in msgs]
+
+    async def _check_consumer(self) -> None:
+        """``PositionGoneError`` when the server says the consumer does not exist (its
+        stream was deleted, maybe re-created): this subscription can never fetch again."""
+        try:
+            with anyio.fail_after(self._timeout):
+                await self._psub.consumer_info()
+        except NotFoundError as exc:
+            raise PositionGoneError(
+                f"NATS: the consumer of partition {self.partition} on stream {self._stream} "
+                "is gone (the stream was deleted or re-created)"
+            ) from exc
+        except (nats.errors.Error, TimeoutError):
+            pass  # JetStream itself is unavailable: fetching again is right
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Publish every ack without waiting for its answer, then one PING/PONG round trip

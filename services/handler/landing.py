@@ -6,8 +6,10 @@ Exactly-once (``core.table``): right before writing, the batch is planned agains
 table's newest version. For each log (partition) of the batch the lander keeps which
 positions are settled; when the log's app transaction token in the table is not the one
 its own last commit set (a partition just claimed, or another writer landed rows of it
-since), it rebuilds that view from the rows at or above the broker's ack floor. Messages
-any of whose positions is settled are left out of the file and only acked. The commit sets
+since, or the broker's ack floor went down), it rebuilds that view from the rows at or
+above the broker's ack floor, with their message ids. Messages any of whose places is
+settled are left out of the file and only acked; a new message at a position a row holds
+(a log that handed it out again: restored, re-created) lands. The commit sets
 a fresh token on every log it settles, and Delta refuses it if another commit set one of
 them after the version it was planned on: a zombie's or a racing peer's commit is refused
 by the table itself. The lander then reads the tokens back: its own token means its
@@ -37,7 +39,7 @@ import logging
 import secrets
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -373,7 +375,7 @@ class Lander:
         attempt = _Attempt(secrets.randbits(62) + 1, plan, rows, files)
         try:
             try:
-                await self._table.commit(files, dict.fromkeys(plan.positions, attempt.token))
+                await self._table.commit(files, dict.fromkeys(plan.places, attempt.token))
             except CommitConflictError:
                 # Told apart even when cancelled meanwhile (a lease lost during the
                 # commit), within the write timeout: else the files would stay behind,
@@ -397,7 +399,7 @@ class Lander:
         log.info(
             "commit refused: another writer landed some of the batch's partitions "
             "first; planning again",
-            extra=fields(partitions=len(attempt.plan.positions), files=len(attempt.files)),
+            extra=fields(partitions=len(attempt.plan.places), files=len(attempt.files)),
         )
         await self._sink.discard(attempt.files)
         self._tokens.clear()  # look at every log again
@@ -405,8 +407,19 @@ class Lander:
 
     async def _plan(self, batch: _Batch) -> LandingPlan:
         """``plan_landing`` against the table, after rebuilding the view of each log whose
-        token in the table is not the one the view is at."""
+        token in the table is not the one the view is at, or whose broker's ack floor went
+        down."""
         logs = {key: subscription for subscription, key in batch.logs.items()}
+        # Below the view's floor no row is consulted: a delivery there is a late copy of
+        # an acked message, or the log handed the position out again. The broker's floor
+        # tells them apart (a lower one drops the view); rare, so asked per batch.
+        below = {
+            key
+            for key, position, _ in batch.places
+            if key in self._settled and position < self._settled[key].floor
+        }
+        for key in below:
+            await self._floor_of(key, logs[key])
         stale = {
             key
             for key in logs
@@ -415,7 +428,7 @@ class Lander:
         if stale:
             floors = {key: await self._floor_of(key, logs[key]) for key in stale}
             # A log no commit set a token on has no rows in the table.
-            found = dict.fromkeys(stale, frozenset[int]())
+            found: dict[LogKey, Mapping[int, frozenset[str]]] = {key: {} for key in stale}
             found.update(
                 await self._table.settled(
                     {k: f for k, f in floors.items() if self._table.token(k) is not None}
@@ -428,7 +441,18 @@ class Lander:
                 "partitions' landed positions read from the table",
                 extra=fields(logs=len(stale), positions=sum(len(p) for p in found.values())),
             )
-        return plan_landing(self._settled, batch.places)
+        plan = plan_landing(self._settled, batch.places)
+        for key, positions in plan.reused.items():
+            log.error(
+                "positions handed out again: rows of the table hold other messages at "
+                "positions this log delivered new ones at (the log was restored from a "
+                "backup, lost its tail, or was re-created under its name); the new messages "
+                "land",
+                extra=fields(
+                    log=key, positions=len(positions), first=positions[0], last=positions[-1]
+                ),
+            )
+        return plan
 
     async def _floor_of(self, key: LogKey, subscription: Subscription) -> int:
         """How far the broker has acked the log (0, the whole log, when it cannot say)."""
@@ -439,20 +463,40 @@ class Lander:
                 "acked_below not answered: reading the log's positions from its start",
                 extra=fields(log=key, error=repr(exc)),
             )
+            self._tokens.pop(key, None)  # a floor the broker did not confirm: look again
             return 0
-        self._floors[key] = max(floor, self._floors.get(key, 0))
-        return self._floors[key]
+        self._take_floor(key, floor)
+        return floor
+
+    def _take_floor(self, key: LogKey, floor: int) -> None:
+        """The broker's ack floor of ``key``, as it answered now. A floor never goes down
+        in a log that keeps its positions: a lower one means the log was restored,
+        truncated or re-created, so the view is dropped and read again from the rows,
+        which settle only the messages they hold (``core.table``)."""
+        known = self._floors.get(key)
+        if known is not None and floor < known:
+            log.warning(
+                "the broker's ack floor went down (the log was restored from a backup, "
+                "lost its tail, or was re-created under its name): reading its landed "
+                "positions again; a message new at a used position lands",
+                extra=fields(log=key, floor=floor, was=known),
+            )
+            self._tokens.pop(key, None)
+            self._settled.pop(key, None)
+        self._floors[key] = floor
+        if key in self._settled:
+            self._settled[key] = self._settled[key].raised_to(floor)
 
     def _settle(self, plan: LandingPlan, token: int | None) -> None:
-        for key, positions in plan.positions.items():
-            self._settled[key] = self._settled.get(key, Settled()).adding(positions)
+        for key, places in plan.places.items():
+            self._settled[key] = self._settled.get(key, Settled()).adding(places)
             if token is not None:
                 self._tokens[key] = token
 
     async def _landed(self, attempt: _Attempt) -> bool:
         """Whether ``attempt``'s commit is in the table's snapshot; when it is, the view
         takes what it settled."""
-        tokens = {key: self._table.token(key) for key in attempt.plan.positions}
+        tokens = {key: self._table.token(key) for key in attempt.plan.places}
         landed = commit_landed(attempt.token, tokens) or await self._table.holds(
             [f.path for f in attempt.files]
         )
@@ -502,10 +546,7 @@ class Lander:
                         extra=fields(partition=partition, error=repr(exc)),
                     )
                     continue
-                key = log_key(subscription.log_id, partition)
-                self._floors[key] = max(floor, self._floors.get(key, 0))
-                if key in self._settled:
-                    self._settled[key] = self._settled[key].raised_to(self._floors[key])
+                self._take_floor(log_key(subscription.log_id, partition), floor)
 
     def _still_owned(self) -> bool:
         return not self._lease.is_lost(self._options.ownership_margin)

@@ -24,7 +24,13 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from core.backlog import ProjectVolume, top_projects
 from core.coordination import Hold
-from core.errors import LeaseLostError, MemberExistsError, ShoalError, StoreUnavailableError
+from core.errors import (
+    LeaseLostError,
+    MemberExistsError,
+    PositionGoneError,
+    ShoalError,
+    StoreUnavailableError,
+)
 from core.handoff import (
     AwaitPredecessor,
     BackOff,
@@ -450,11 +456,15 @@ class Handler:
         self._projects[partition] = set(await self._registry.projects(partition, now=time.time()))
         ownership.refresh_at = time.monotonic() + settings.registration_ttl / _REFRESHES_PER_TTL
         if self._datacenters is None:
-            subscription = await self._transport.open(partition, self._id)
-            ownership.subscriptions[""] = subscription
-            self._lander.opened(subscription)
             while not ownership.revoked.is_set():
-                await self._consume_once(ownership, subscription)
+                subscription = await self._transport.open(partition, self._id)
+                ownership.subscriptions[""] = subscription
+                self._lander.opened(subscription)
+                try:
+                    while not ownership.revoked.is_set():
+                        await self._consume_once(ownership, subscription)
+                except PositionGoneError as exc:
+                    await self._close_gone(ownership, "", subscription, exc)
             return
         transports = self._datacenters.transports
         async with anyio.create_task_group() as tg:
@@ -539,6 +549,11 @@ class Handler:
                         kept_alive = time.monotonic()
                         await subscription.keep_alive(waiting)
                     failures = 0
+                except PositionGoneError as exc:
+                    assert subscription is not None
+                    waiting.clear()  # the next subscription delivers what is still stored
+                    await self._close_gone(ownership, cluster, subscription, exc)
+                    subscription = None
                 except Exception as exc:  # this cluster only: a DC down must not stop the rest
                     failures += 1
                     delay = retry_delay(failures, base=settings.retry_delay, cap=settings.retry_cap)
@@ -559,6 +574,27 @@ class Handler:
                     await subscription.close()
         finally:
             reading.discard(cluster)
+
+    async def _close_gone(
+        self,
+        ownership: _Ownership,
+        cluster: str,
+        subscription: Subscription,
+        exc: PositionGoneError,
+    ) -> None:
+        """Land what is buffered from a subscription whose log no longer holds its position,
+        then close it: the caller opens the partition again, from what is stored."""
+        log.error(
+            "the partition's log no longer holds the subscription's position (re-created, "
+            "cut short, or aged out): landing what is buffered and opening the partition "
+            "again",
+            extra=fields(partition=ownership.partition, cluster=cluster, error=str(exc)),
+        )
+        ownership.subscriptions.pop(cluster, None)
+        with anyio.move_on_after(self._settings.drain_timeout):
+            await self._lander.flush(subscription)
+        with anyio.move_on_after(_STORE_CALL_BOUND):
+            await subscription.close()
 
     def _route_table(self) -> RouteTable:
         assert self._route_view is not None

@@ -59,7 +59,7 @@ async def test_refresh_creates_the_table_once(
     assert await second.table.refresh() == 0, "a second writer finds the table, not a new one"
     assert landed_table(zone.location, zone.s3) is not None
     assert first.table.token(K1) is None
-    assert await first.table.settled({K1: 0}) == {K1: frozenset()}
+    assert await first.table.settled({K1: 0}) == {K1: {}}
     assert await first.table.holds([])
     assert zone.message_ids() == []
 
@@ -106,14 +106,38 @@ async def test_settled_is_the_committed_positions_at_or_above_each_floor(
     assert {f.path for f in uncommitted} <= zone.stored(), "the orphans are in the folder"
     await writer.table.refresh()
     settled = await writer.table.settled({K1: 5, K2: 0, K11: 41, HASHED: 9, log_key(LOG, 3): 0})
-    assert settled == {
-        K1: frozenset({5, 6, 7, 8, 9, 10, 12}),
-        K2: frozenset({3, 7}),
-        K11: frozenset(),
-        HASHED: frozenset({9}),
-        log_key(LOG, 3): frozenset(),
+    assert {key: set(at) for key, at in settled.items()} == {
+        K1: {5, 6, 7, 8, 9, 10, 12},
+        K2: {3, 7},
+        K11: set(),
+        HASHED: {9},
+        log_key(LOG, 3): set(),
     }
+    held = {(log_key(r.log_id, r.envelope.partition), r.position): r for r in committed}
+    assert all(
+        ids == {held[key, position].envelope.message_id}
+        for key, at in settled.items()
+        for position, ids in at.items()
+    ), "each position with the message id of its row"
     assert await writer.table.settled({}) == {}
+
+
+async def test_settled_names_every_message_a_reused_position_holds(
+    zone: ZoneUnderTest, writers: tuple[LandingZone, LandingZone]
+) -> None:
+    """A log that handed position 2 out again (restored, re-created): both rows are there,
+    and a writer must see both messages to settle each only for itself."""
+    writer, _ = writers
+    await writer.table.refresh()
+    before, after = rows_at(K1, [1, 2]), rows_at(K1, [2])
+    await writer.table.commit(await writer.sink.write(before), {K1: 1})
+    await writer.table.refresh()
+    await writer.table.commit(await writer.sink.write(after), {K1: 2})
+    await writer.table.refresh()
+    settled = await writer.table.settled({K1: 2})
+    assert settled == {
+        K1: {2: frozenset({before[1].envelope.message_id, after[0].envelope.message_id})}
+    }
 
 
 async def test_a_stale_snapshot_cannot_commit_a_log_another_commit_set_since(

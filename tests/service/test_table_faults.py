@@ -13,30 +13,22 @@ fresh, the broker's acks, the files in the zone's folder.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from prometheus_client import CollectorRegistry
 
 from adapters.memory import InMemoryCoordination, InMemoryMembership, InMemoryTransport
 from core.errors import CommitConflictError
-from core.ingest import stamp
-from core.landing import RollPolicy
 from core.messages import LandedRow
-from core.model import MemberId, Partition
-from core.ports import Delivery, LandedTable, MembershipLease, Sink, Subscription, Transport
+from core.model import Partition
+from core.ports import Delivery, LandedTable, MembershipLease, Sink, Subscription
 from core.table import LandedFile, LogKey
 from infra.local._testservers import ServerInfo
-from services.handler.landing import Lander, LandingOptions
-from services.handler.metrics import HandlerMetrics
+from tests._landers import WITHIN, HeldLease, PassThroughSubscription, assert_once, publish, running
 from tests._landing_zones import ZONE_KINDS, PassThroughTable, ZoneUnderTest, zone_of_kind
 from tests.contract._s3 import fresh_bucket, settings_for
 from tests.service._dropping_proxy import CommitAnswer, dropping_proxy
@@ -45,40 +37,6 @@ pytestmark = pytest.mark.anyio
 
 PARTITION: Partition = 0
 ACK_WAIT = 1.0
-WITHIN = 60.0  # bounds every wait: a hang fails the test instead of the run
-# Batches roll only when the test flushes them: each landing is one step of the test.
-OPTIONS = LandingOptions(
-    policy=RollPolicy(max_age=3600.0, idle_age=3600.0),
-    write_timeout=30.0,
-    ownership_margin=0.0,
-    keepalive_interval=0.3,
-    retry_base=0.05,
-    retry_cap=0.2,
-    floor_interval=0.2,
-)
-
-
-class HeldLease:
-    """A membership lease as its holder sees it: valid until ``leave``. A zombie whose
-    machine was suspended sees this (the monotonic clock stood still), whatever the store
-    decided meanwhile."""
-
-    def __init__(self, member_id: MemberId) -> None:
-        self._member_id = member_id
-        self._lost = anyio.Event()
-
-    @property
-    def member_id(self) -> MemberId:
-        return self._member_id
-
-    def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lost.is_set()
-
-    async def wait_lost(self) -> None:
-        await self._lost.wait()
-
-    async def leave(self) -> None:
-        self._lost.set()
 
 
 @dataclass
@@ -139,25 +97,14 @@ class RecordingTable(PassThroughTable):
             raise
 
 
-class WatchedSubscription:
+class WatchedSubscription(PassThroughSubscription):
     """A real subscription, counting the deliveries of each ack call; while its handler is
     paused nothing it sends reaches the broker (its keep-alives neither)."""
 
     def __init__(self, inner: Subscription, pause: Pause | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.pause = pause or Pause()
         self.acks: list[int] = []
-
-    @property
-    def log_id(self) -> str:
-        return self.inner.log_id
-
-    @property
-    def ack_wait(self) -> float:
-        return self.inner.ack_wait
-
-    async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
-        return await self.inner.fetch(max_messages, timeout)
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         await self.pause.if_paused()
@@ -171,79 +118,6 @@ class WatchedSubscription:
     async def acked_below(self) -> int:
         await self.pause.if_paused()
         return await self.inner.acked_below()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-@dataclass
-class Handler:
-    """One handler's landing path: its lander over its own sink, table and lease."""
-
-    name: str
-    lander: Lander
-    metrics: HandlerMetrics
-
-    async def land(self, subscription: Subscription, count: int, within: float = WITHIN) -> None:
-        """Fetch ``count`` deliveries, buffer them, and land (or drop) them now."""
-        deliveries: list[Delivery] = []
-        with anyio.fail_after(within):
-            while len(deliveries) < count:
-                deliveries.extend(await subscription.fetch(count - len(deliveries), 0.5))
-        rows = [
-            LandedRow(
-                d.envelope,
-                1,
-                self.name,
-                time.time(),
-                log_id=subscription.log_id,
-                position=d.position,
-            )
-            for d in deliveries
-        ]
-        self.lander.add(PARTITION, subscription, deliveries, rows)
-        with anyio.fail_after(WITHIN):
-            await self.lander.flush(subscription)
-
-
-@asynccontextmanager
-async def running(
-    name: str, sink: Sink, table: LandedTable, lease: MembershipLease
-) -> AsyncIterator[Handler]:
-    metrics = HandlerMetrics(CollectorRegistry())
-    lander = Lander(
-        sink=sink,
-        table=table,
-        lease=lease,
-        options=OPTIONS,
-        metrics=metrics,
-        on_landed=lambda rows: None,
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lander.run)
-        yield Handler(name, lander, metrics)
-        tg.cancel_scope.cancel()
-
-
-async def publish(transport: Transport, count: int) -> list[str]:
-    ids = [uuid.uuid4().hex for _ in range(count)]
-    envelopes = stamp(
-        "proj",
-        [b'{"n": 1}'] * count,
-        gateway_id="gw",
-        first_sequence=1,
-        message_ids=ids,
-        received_at=time.time(),
-        partitions=1,
-    )
-    await transport.publish(envelopes)
-    return ids
-
-
-def assert_once(zone: ZoneUnderTest, ids: Collection[str]) -> None:
-    landed = Counter(zone.message_ids())
-    assert set(landed) == set(ids), "every message landed"
-    assert [m for m, n in landed.items() if n > 1] == [], "a message landed twice"
 
 
 async def test_a_commit_whose_answer_is_lost_lands_once_and_is_acked_once(

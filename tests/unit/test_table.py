@@ -1,5 +1,6 @@
 """``core.table``: which positions a batch settles and which messages it leaves out
-(``plan_landing``), the settled positions of one log (``Settled``) against a plain set,
+(``plan_landing``), the settled places of one log (``Settled``) against a plain set,
+a new message at a position a row already holds (a log that handed it out again),
 how an unconfirmed commit is recognised (``commit_landed``), and which days compaction
 rewrites (``days_to_compact``)."""
 
@@ -20,26 +21,31 @@ from core.table import (
 
 LOGS = (log_key("nats:S@t1", 0), log_key("nats:S@t1", 1), log_key("kafka:c/t", 0))
 POSITIONS = 40
+MESSAGES = "abcdefghij"
 
 positions = st.integers(0, POSITIONS)
+places = st.tuples(positions, st.sampled_from(MESSAGES[:3]))
 
 
 @st.composite
 def settled_logs(draw: st.DrawFn) -> Settled:
     """A ``Settled`` reached the way the lander reaches one: a floor and rows found at or
-    above it, then additions and raised floors in any order."""
-    settled = Settled(draw(positions), frozenset())
-    for step in draw(st.lists(st.one_of(st.integers(0, POSITIONS), st.sets(positions)))):
+    above it, then additions and raised floors in any order. Rows of several messages may
+    share a position (the log handed it out again)."""
+    settled = Settled(draw(positions)).adding(draw(st.sets(places)))
+    for step in draw(st.lists(st.one_of(st.integers(0, POSITIONS), st.sets(places)))):
         settled = settled.raised_to(step) if isinstance(step, int) else settled.adding(step)
     return settled
 
 
-def members(settled: Settled) -> set[int]:
-    return {p for p in range(POSITIONS + 2) if p in settled}
+def members(settled: Settled) -> set[tuple[int, str]]:
+    return {(p, m) for p in range(POSITIONS + 2) for m in MESSAGES[:3] if settled.settles(p, m)}
 
 
-@given(settled_logs(), st.sets(positions))
-def test_adding_settles_exactly_the_positions_added(settled: Settled, added: set[int]) -> None:
+@given(settled_logs(), st.sets(places))
+def test_adding_settles_exactly_the_places_added(
+    settled: Settled, added: set[tuple[int, str]]
+) -> None:
     after = settled.adding(added)
     assert members(after) == members(settled) | added
     assert after.floor == settled.floor
@@ -50,14 +56,26 @@ def test_raising_settles_everything_below_and_a_floor_never_goes_down(
     settled: Settled, floor: int
 ) -> None:
     after = settled.raised_to(floor)
-    assert members(after) == members(settled) | set(range(floor))
+    below = {(p, m) for p in range(floor) for m in MESSAGES[:3]}
+    assert members(after) == members(settled) | below
     assert after.floor == max(settled.floor, floor)
 
 
 @given(settled_logs())
 def test_only_positions_at_or_above_the_floor_are_remembered(settled: Settled) -> None:
     assert all(p >= settled.floor for p in settled.above), "memory bounded by the floor"
-    assert 0 not in Settled() and Settled() == Settled(0, frozenset())
+    assert not Settled().settles(0, "a") and Settled() == Settled(0, {})
+
+
+@given(settled_logs(), places)
+def test_a_row_settles_only_its_own_message_at_its_position(
+    settled: Settled, place: tuple[int, str]
+) -> None:
+    position, message = place
+    held = settled.above.get(position, frozenset())
+    assert settled.reused(position, message) == (bool(held) and message not in held)
+    if settled.reused(position, message):
+        assert not settled.settles(position, message), "a new message at a used position"
 
 
 @st.composite
@@ -65,32 +83,34 @@ def batches(draw: st.DrawFn) -> list[tuple[str, int, str]]:
     """Deliveries ``(log, position, message_id)``: one position holds one message, and a
     message may sit at several positions (a redelivery copy in another log, a duplicate
     the broker kept)."""
-    places = draw(st.lists(st.tuples(st.sampled_from(LOGS), positions), unique=True, max_size=30))
-    messages = st.sampled_from("abcdefghij")
-    deliveries = [(log, position, draw(messages)) for log, position in places]
+    at = draw(st.lists(st.tuples(st.sampled_from(LOGS), positions), unique=True, max_size=30))
+    messages = st.sampled_from(MESSAGES)
+    deliveries = [(log, position, draw(messages)) for log, position in at]
     return deliveries + draw(st.lists(st.sampled_from(deliveries))) if deliveries else []
 
 
 @given(st.dictionaries(st.sampled_from(LOGS), settled_logs()), batches())
-def test_the_plan_leaves_out_every_landed_message_and_settles_every_unsettled_position(
+def test_the_plan_leaves_out_every_landed_message_and_settles_every_unsettled_place(
     settled: dict[str, Settled], batch: list[tuple[str, int, str]]
 ) -> None:
     plan = plan_landing(settled, batch)
 
-    def is_settled(log: str, position: int) -> bool:
-        return position in settled.get(log, Settled())
+    def is_settled(log: str, position: int, message: str) -> bool:
+        return settled.get(log, Settled()).settles(position, message)
 
     messages = {m for _, _, m in batch}
-    left_out = {m for log, position, m in batch if is_settled(log, position)}
-    assert plan.keep == messages - left_out, "a message any of whose positions is settled"
+    left_out = {m for log, position, m in batch if is_settled(log, position, m)}
+    assert plan.keep == messages - left_out, "a message any of whose places is settled"
     assert plan.keep | left_out == messages
-    unsettled = {(log, p) for log, p, _ in batch if not is_settled(log, p)}
-    assert {(log, p) for log, ps in plan.positions.items() for p in ps} == unsettled
-    assert all(ps and list(ps) == sorted(set(ps)) for ps in plan.positions.values())
+    unsettled = {(log, p, m) for log, p, m in batch if not is_settled(log, p, m)}
+    assert {(log, p, m) for log, ps in plan.places.items() for p, m in ps} == unsettled
+    assert all(ps and list(ps) == sorted(set(ps)) for ps in plan.places.values())
     assert plan.settles_nothing == (not unsettled)
+    reused = {(log, p) for log, p, m in unsettled if settled.get(log, Settled()).reused(p, m)}
+    assert {(log, p) for log, ps in plan.reused.items() for p in ps} == reused
     # Once the commit is in, the same batch (a redelivery of it) settles and keeps nothing.
     after = dict(settled)
-    for log, ps in plan.positions.items():
+    for log, ps in plan.places.items():
         after[log] = after.get(log, Settled()).adding(ps)
     again = plan_landing(after, batch)
     assert again.settles_nothing and again.keep == frozenset()
@@ -99,10 +119,23 @@ def test_the_plan_leaves_out_every_landed_message_and_settles_every_unsettled_po
 def test_a_message_copied_to_two_logs_is_left_out_when_either_copy_is_settled() -> None:
     first, second = LOGS[0], LOGS[2]
     plan = plan_landing(
-        {second: Settled(0, frozenset({9}))}, [(first, 4, "m"), (second, 9, "m"), (first, 5, "n")]
+        {second: Settled(0, {9: frozenset({"m"})})},
+        [(first, 4, "m"), (second, 9, "m"), (first, 5, "n")],
     )
     assert plan.keep == {"n"}
-    assert plan.positions == {first: (4, 5)}, "its unsettled copy is settled all the same"
+    assert plan.places == {first: ((4, "m"), (5, "n"))}, "its unsettled copy is settled too"
+    assert plan.reused == {}
+
+
+def test_a_new_message_at_a_position_a_row_holds_lands_and_is_named_reused() -> None:
+    """A stream restored from a backup hands out positions 3 and 4 again: the rows there
+    hold the messages landed before the restore, so the new ones are not taken for them."""
+    log = LOGS[0]
+    landed = Settled(2, {3: frozenset({"old3"}), 4: frozenset({"old4"})})
+    plan = plan_landing({log: landed}, [(log, 3, "new3"), (log, 4, "old4"), (log, 5, "new5")])
+    assert plan.keep == {"new3", "new5"}
+    assert plan.places == {log: ((3, "new3"), (5, "new5"))}
+    assert plan.reused == {log: (3,)}
 
 
 @given(
