@@ -7,8 +7,8 @@
   - ``UnknownStrategyError`` (a ``LookupError``), ``InvalidScalingSettings`` (a ``ValueError``)
   - coordination: ``StoreUnavailableError``, ``LeaseLostError``, ``MemberExistsError``,
     ``FencedError``
-  - broker: ``PublishError``, ``BrokerUnavailableError`` (a ``TimeoutError``) and its
-    ``PositionGoneError``, ``DurabilityError``
+  - broker: ``PublishError`` and its ``PublishRefusedError``, ``BrokerUnavailableError``
+    (a ``TimeoutError``) and its ``PositionGoneError``, ``DurabilityError``
   - any server: ``IncompatibleServerError``
   - landing: ``OwnershipLostError``, ``CommitConflictError``
   - routing: ``RouteError`` (a ``ValueError``), ``RouteConflictError``
@@ -70,6 +70,11 @@ class FencedError(ShoalError):
 
 class PublishError(ShoalError):
     """The broker did not confirm every message; the caller must retry or report failure."""
+
+
+class PublishRefusedError(PublishError):
+    """The broker answered that it stored none of the messages (a full stream, a refused
+    batch): unlike an unconfirmed publish, nothing of it can turn up later."""
 
 
 class BrokerUnavailableError(ShoalError, TimeoutError):

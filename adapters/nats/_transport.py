@@ -26,7 +26,7 @@ from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
 from adapters.nats._trim import ConsumerFloor, partition_floors
-from core.errors import BrokerUnavailableError, PublishError
+from core.errors import BrokerUnavailableError, PublishError, PublishRefusedError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Subscription
@@ -172,16 +172,17 @@ class NatsTransport(Lifecycle):
         encoded = [(*encode(e, self.subjects), e.payload) for e in envelopes]
         size = self.settings.atomic_batch_max
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
-        failed = 0
+        failed = refused = 0
         errors: list[str] = []
 
         async def send(chunk: list[tuple[str, dict[str, str], bytes]]) -> None:
-            nonlocal failed
+            nonlocal failed, refused
             try:
                 async with self._batch_slots:
                     await self._publish_batch(chunk)
             except (PublishError, nats.errors.Error, TimeoutError) as exc:
                 failed += len(chunk)
+                refused += len(chunk) if isinstance(exc, PublishRefusedError) else 0
                 errors.append(str(exc) or repr(exc))
 
         with anyio.move_on_after(self.settings.publish_timeout) as scope:
@@ -192,7 +193,9 @@ class NatsTransport(Lifecycle):
             failed = len(encoded)
             errors.append(f"no confirmation within {self.settings.publish_timeout} s")
         if failed:
-            raise PublishError(
+            # Every batch refused outright (all or nothing each): nothing was stored.
+            error = PublishRefusedError if refused == len(encoded) else PublishError
+            raise error(
                 f"{failed} of {len(encoded)} messages not confirmed by stream "
                 f"{self.settings.stream}: {errors[0]}"
             )
@@ -235,7 +238,7 @@ class NatsTransport(Lifecycle):
         if error.get("err_code") == _BATCH_DUPLICATE_ID:
             log.debug("batch already stored (duplicate message id): counted as confirmed")
             return
-        raise PublishError(
+        raise PublishRefusedError(
             f"stream refused the batch: {error.get('description')} "
             f"(err_code {error.get('err_code')})"
         )

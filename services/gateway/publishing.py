@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 from fastapi.responses import JSONResponse
 
-from core.errors import PublishError
+from core.errors import PublishError, PublishRefusedError
 from core.ingest import announcement
 from core.messages import Envelope, LedgerEntry, Outcome
 from core.ports import AcceptanceLedger
@@ -165,9 +165,12 @@ class RecordedPublish:
         duplicate nothing can tell. So the same messages (the same ids: a second copy is
         dropped by the broker's or the subscriptions' duplicate window) are published again
         until the broker confirms them or ``publish_deadline`` passes; the caller answers
-        503 only then."""
+        503 only then. A refusal (``PublishRefusedError``: a full stream) of a batch no
+        earlier attempt left in doubt is definite, and answered at once: nothing of it was
+        stored, and the client learns to back off without waiting out the deadline."""
         deadline = anyio.current_time() + self.publish_deadline
         failures = 0
+        in_doubt = False  # an earlier attempt at pending[0] may have been stored
         pending = list(batches)
         while True:
             left = deadline - anyio.current_time()
@@ -176,8 +179,12 @@ class RecordedPublish:
                     while pending:
                         await self.transport.publish(pending[0])
                         del pending[0]
+                        in_doubt = False
                 return
             except (PublishError, TimeoutError) as exc:
+                if isinstance(exc, PublishRefusedError) and not in_doubt:
+                    raise
+                in_doubt = True
                 failures += 1
                 wait = retry_delay(failures, base=_REPUBLISH_BASE, cap=_REPUBLISH_CAP)
                 if anyio.current_time() + wait >= deadline:

@@ -275,6 +275,10 @@ class Cluster:
     def process(self, name: str) -> ServiceProcess:
         return self._procs[name]
 
+    def setting(self, name: str) -> str:
+        """A SHOAL_* setting every process of the cluster gets (its stream's name...)."""
+        return self._env[name]
+
     def _spawn(self, name: str, role: Role, port: int | None, env: Mapping[str, str]) -> None:
         old = self._procs.get(name)
         if old is not None and old.running():
@@ -298,8 +302,11 @@ class Cluster:
         _live_groups.add(popen.pid)
         self._procs[name] = ServiceProcess(name, role, popen, log_path, port, time.time())
 
-    async def start_gateway(self, name: str = "gateway", *, ready: bool = True) -> ServiceProcess:
-        port = free_port()
+    async def start_gateway(
+        self, name: str = "gateway", *, ready: bool = True, port: int | None = None
+    ) -> ServiceProcess:
+        """``port``: the address a killed gateway had, so its clients find it again."""
+        port = port or free_port()
         self._spawn(
             name,
             "gateway",

@@ -31,6 +31,7 @@ from typing import Any
 from unittest import mock
 
 import anyio
+import nats
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis.asyncio as redis_asyncio
@@ -73,6 +74,13 @@ __all__ = [
 HANDLERS = ("h1", "h2", "h3")
 LEADERS = ("leader-a", "leader-b")
 LOAD = LoadPlan(messages=None, projects=500, batch=10, concurrency=8, rate=800.0)
+# Devices that send every batch under an Idempotency-Key (as `shoal devices` and `shoal up`
+# do), through a gateway of their own that the gateway row kills: a retry after a cut
+# request lands under the ids of its first attempt. Keyed requests cost the NATS KV bucket
+# two writes each, so these run beside LOAD, not instead of it.
+KEYED = LoadPlan(
+    messages=None, projects=100, batch=10, concurrency=4, rate=300.0, idempotency_keys=True
+)
 PAUSE = LEASE_TTL + 3.0  # SIGSTOP past the lease
 SHORT_PAUSE = LEASE_TTL / 2 - 1.0  # SIGSTOP well under half the lease: no rebalance
 # Every bound is what the mechanism needs by the settings the cluster runs with, plus
@@ -99,11 +107,15 @@ RELEASE_REFUSAL = 8.0  # how long the store refuses releases after the first one
 # The data stream's cap in a fault run on NATS: room for what handlers hold unacked (a roll
 # age of the load, about 5 MB) plus what the leader keeps until it trims at half the cap,
 # plus what a failover leaves untrimmed (the lease and MARGIN of the load, a few MB).
-FAULT_STREAM_CAP = 16 << 20  # 32 MiB took 98 s to fill here, load and burst together
+FAULT_STREAM_CAP = 16 << 20
+# The full-stream row lowers the cap, live, to what the stream holds plus this: filling 16
+# MiB took 75 s here (the server's fsyncs, not the gateway, set the pace: 2 KB messages
+# filled it no faster), this takes seconds and fills the stream all the same.
+FILL_ROOM = 2 << 20
 # With every handler stopped, devices of their own fill the stream in seconds (the steady
 # load alone would take minutes): unthrottled, large batches.
 BURST = LoadPlan(messages=None, projects=500, batch=100, concurrency=8, retry_after_stop=False)
-STREAM_FILL_BOUND = 240.0  # seconds the loads get to fill the stream (72 here)
+STREAM_FILL_BOUND = 240.0  # seconds the loads get to fill the stream
 FULL_REFUSALS = 20  # 503s that show the stream pushing back, not one unlucky request
 # A row judged on few messages proves little: each lasts seconds under LOAD (800 msgs/s).
 MIN_ROW_ACCEPTED = 500
@@ -210,7 +222,7 @@ class FaultRun:
         for row, ids in self._extra:
             row.lost += sum(1 for m in ids if m in missing)
             row.duplicated += sum(1 for m in ids if m in dupes)
-            row.notes["burst_accepted"] = len(ids)
+            row.notes["own_devices_accepted"] = len(ids)
         return missing
 
     async def _route_through_proxies(self, tg: Any) -> None:
@@ -342,6 +354,37 @@ class FaultRun:
         row.notes["partitions"] = len(held)
         await cluster.start_handler(victim, ready=False)
         await self.settle(HANDLERS)
+        return row
+
+    async def gateway_killed(self, name: str = "gateway-2") -> Row:
+        """A second gateway, fed by devices of their own (``KEYED``), is SIGKILLed with
+        their requests in flight and started again at its address: every cut request is
+        retried under its key, so a batch the broker stored without an answer lands once,
+        under the ids its retry's 202 names (judged with the row; no id may land without a
+        202). Recovery: the gateway ready again."""
+        row = self._begin("gateway SIGKILL mid-request, restarted")
+        cluster = self.cluster
+        gateway = await cluster.start_gateway(name)
+        devices = LoadGenerator(gateway.url, KEYED)
+        stop_devices = anyio.Event()
+        self._tg.start_soon(devices.run, stop_devices)
+        await devices.wait_accepted(500)
+        killed_at = cluster.kill(name, signal.SIGKILL)
+        await cluster.wait_exit(name, 5.0)
+        await cluster.start_gateway(name, port=gateway.port)
+        row.recovery_s = time.time() - killed_at
+        await devices.wait_accepted(devices.accepted_count + 1_000)
+        stop_devices.set()
+        await devices.wait_stopped()
+        self._extra.append((row, list(devices.summary.accepted)))
+        cut = devices.summary.transport_errors
+        row.notes["cut_requests"] = cut
+        if not cut:
+            row.problems.append("no request was cut off by the kill: the row proved nothing")
+        if devices.summary.failed_batches:
+            row.problems.append(f"{devices.summary.failed_batches} keyed batches given up")
+        cluster.kill(name, signal.SIGTERM)
+        await cluster.wait_exit(name, 30.0)
         return row
 
     async def handler_paused_past_lease(self, victim: str = "h2") -> Row:
@@ -600,6 +643,7 @@ class FaultRun:
         for name in HANDLERS:
             await cluster.wait_exit(name, 30.0)
         filling = time.time()
+        row.notes["cap_mib"] = round(await self._cap_stream(FILL_ROOM) / (1 << 20), 1)
         burst = LoadGenerator(cluster.process("gateway").url, BURST)
         stop_burst = anyio.Event()
         self._tg.start_soon(burst.run, stop_burst)
@@ -616,6 +660,7 @@ class FaultRun:
                 f"the gateway answered {refused} 503s in {STREAM_FILL_BOUND:.0f} s with every "
                 "handler stopped: the stream did not push back"
             )
+        await self._cap_stream(None)
         back = time.time()
         for name in HANDLERS:
             await cluster.start_handler(name, ready=False)
@@ -629,6 +674,21 @@ class FaultRun:
                 f"leadership changed while the stream was full: {leader} -> {after}"
             )
         return row
+
+    async def _cap_stream(self, room: int | None) -> int:
+        """Set the data stream's cap to the bytes it holds plus ``room`` (None: back to
+        ``FAULT_STREAM_CAP``, what its processes configure); the cap set."""
+        nc = await nats.connect(self.servers["nats"].url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(self.cluster.setting("SHOAL_NATS_STREAM"))
+            config = info.config
+            used = info.state.bytes or 0
+            config.max_bytes = FAULT_STREAM_CAP if room is None else used + room
+            await js.update_stream(config)
+            return config.max_bytes
+        finally:
+            await nc.close()
 
     async def release_refused(self, victim: str = "h6", joiner: str = "h7") -> Row:
         """Redis: the store refuses one handler's hold writes (an ACL makes the hold hash

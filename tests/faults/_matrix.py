@@ -36,7 +36,7 @@ PAIRS = (
     "redis+kafka",
 )
 DEFAULT_PAIR = "nats+nats"  # shoal up's and the services' default
-SAMPLE_ROWS = 4  # rows of the other pairs a tier run takes, besides the default pair's
+SAMPLE_ROWS = 3  # rows of the other pairs a tier run takes, besides the default pair's
 
 # In the order a run injects them: each starts and ends on a settled pool.
 _EVERY_PAIR = (
@@ -47,6 +47,7 @@ _EVERY_PAIR = (
     "leader_paused_past_lease",
     "poison_message",
     "handler_churn",
+    "gateway_killed",
 )
 # A TcpProxy can cut a process off from these (NATS KV: its coordination connection alone,
 # SHOAL_NATS_KV_URL, while its transport keeps SHOAL_NATS_URL).

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from adapters.ledger import JsonlLedger
 from adapters.memory import InMemoryLedger, InMemoryTransport
-from core.errors import PublishError
+from core.errors import PublishError, PublishRefusedError
 from core.ingest import IngestLimits
 from core.messages import Envelope, LedgerEntry, MessageKind, Outcome
 from core.partitioning import partition_for
@@ -357,6 +357,52 @@ async def test_an_unconfirmed_publish_is_made_again_with_the_same_ids_and_answer
     data = [e for e in stored if e.kind is MessageKind.DATA]
     assert sorted(e.message_id for e in data) == sorted(response.json()["message_ids"])
     assert [(e.first_sequence, e.outcome) for e in ledger.entries] == [(1, Outcome.ACCEPTED)]
+
+
+class FullStreamTransport(InMemoryTransport):
+    """A full stream: every batch is refused and none stored. ``lose_first``: the first
+    attempt's answer is lost instead (its messages may be stored: in doubt)."""
+
+    def __init__(self, *, lose_first: bool) -> None:
+        super().__init__()
+        self.lose_first = lose_first
+        self.attempts = 0
+
+    async def publish(self, envelopes: Sequence[Envelope]) -> None:
+        self.attempts += 1
+        if self.lose_first and self.attempts == 1:
+            raise PublishError(f"0 of {len(envelopes)} confirmed: the answer was lost")
+        raise PublishRefusedError("stream refused the batch: maximum bytes exceeded")
+
+
+@pytest.mark.parametrize("lose_first", [False, True], ids=["refused", "in-doubt-then-refused"])
+async def test_a_refused_batch_is_a_503_at_once_unless_an_earlier_attempt_is_in_doubt(
+    lose_first: bool,
+) -> None:
+    """A refusal stores nothing: answering it at once tells the client to back off now,
+    not after the publish deadline. After an unconfirmed attempt the messages may be
+    stored, so a refusal then is not the answer: the gateway goes on until the deadline."""
+    async with FullStreamTransport(lose_first=lose_first) as full:
+        app = create_app(
+            full,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(max_body_bytes=10_000, max_message_bytes=1_000, max_messages=50),
+            publish_timeout=5.0,
+            publish_deadline=1.5,
+            retry_after_seconds=3,
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+            response = await client.post("/v1/projects/dev-9/messages", json={"a": 1})
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "3"
+    assert "maximum bytes exceeded" in response.json()["error"]
+    if lose_first:
+        assert full.attempts >= 3, "published again until the deadline"
+    else:
+        assert full.attempts == 1, "a refusal is not published again"
 
 
 class FailingLedger(InMemoryLedger):
