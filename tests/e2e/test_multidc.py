@@ -106,8 +106,10 @@ async def stack(
             "SHOAL_ROUTES_FILE": str(routes_file),
             "SHOAL_ROUTES_POLL": "0.1",
             "SHOAL_NATS_REQUEST_TIMEOUT": "2",
-            # shoal migrate's default settle is this + 1 s: the gateways' longest publish
+            # shoal migrate's default settle is the longer of these + 1 s: the longest a
+            # gateway request that read the old route table may still be publishing
             "SHOAL_GATEWAY_PUBLISH_TIMEOUT": "5",
+            "SHOAL_GATEWAY_PUBLISH_DEADLINE": "5",
             "SHOAL_HANDLER_ROLL_ROWS": "200",
         },
     )

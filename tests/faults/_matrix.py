@@ -36,7 +36,7 @@ PAIRS = (
     "redis+kafka",
 )
 DEFAULT_PAIR = "nats+nats"  # shoal up's and the services' default
-SAMPLE_ROWS = 3  # rows of the other pairs a tier run takes, besides the default pair's
+SAMPLE_ROWS = 2  # rows of the other pairs a tier run takes, besides the default pair's
 
 # In the order a run injects them: each starts and ends on a settled pool.
 _EVERY_PAIR = (
