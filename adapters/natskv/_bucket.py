@@ -14,6 +14,11 @@ NATS fails).
   (nats-io/nats-server#8505, open on 2.15.1; a member that left came back after a kill -9
   in the fault matrix), so the marker must outlive the shutdown. Server-placed expiry
   markers live ``marker_ttl`` (a day by default) for the same reason;
+- ``update_fenced`` writes a key only while another key (the leader's) keeps the revision
+  the caller checked: one atomic batch (nats-server >= 2.12, ``allow_atomic`` on the
+  bucket's stream) whose first message compares the fence key's revision
+  (``Nats-Expected-Last-Subject-Sequence-Subject``) and whose second compares the key's own,
+  so a leader deposed after its check cannot write (etcd does it in one transaction);
 - ``snapshot`` reads every live key under a prefix (an ordered consumer, last per subject).
 
 TTLs are whole seconds on the wire (``Nats-TTL``): rounded up, so the server never ends a
@@ -22,8 +27,10 @@ key before the client-side deadline of the lease that wrote it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,7 +47,7 @@ from adapters._nats_connect import connect, describe
 from adapters._nats_durability import check_server_fsync, check_stream
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import StoreUnavailableError
-from core.server_floors import NATS_KILL_SAFE, NATS_MESSAGE_TTL
+from core.server_floors import NATS_ATOMIC_BATCH, NATS_KILL_SAFE, NATS_MESSAGE_TTL
 
 __all__ = ["Bucket", "Entry", "stop_watcher", "ttl_seconds"]
 
@@ -51,6 +58,10 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)
 _KV_OP = "KV-Operation"
 _MARKER_REASON = "Nats-Marker-Reason"
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+_EXPECTED_LAST_OF = "Nats-Expected-Last-Subject-Sequence-Subject"
+_BATCH_ID = "Nats-Batch-Id"
+_BATCH_SEQUENCE = "Nats-Batch-Sequence"
+_BATCH_COMMIT = "Nats-Batch-Commit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +114,7 @@ class Bucket:
         self._nc = await connect(
             ns,
             name=f"{ns.name}-coordination",
-            needs=(NATS_KILL_SAFE, NATS_MESSAGE_TTL),
+            needs=(NATS_KILL_SAFE, NATS_MESSAGE_TTL, NATS_ATOMIC_BATCH),
             allow_reconnect=True,
             max_reconnect_attempts=-1,
             reconnect_time_wait=ns.reconnect_wait,
@@ -122,9 +133,9 @@ class Bucket:
         self._direct = bool(getattr(self._kv, "_direct", False))
 
     async def _ensure_bucket(self, js: JetStreamContext) -> KeyValue:
-        """The bucket, created or brought up to per-key TTLs; then its stream as the server
-        keeps it is checked (``check_stream``): storage, replicas, and the TTLs that a
-        server too old for them drops without an error."""
+        """The bucket, created or brought up to per-key TTLs and atomic batches; then its
+        stream as the server keeps it is checked (``check_stream``): storage, replicas, and
+        the features that a server too old for them drops without an error."""
         s = self.settings
         try:
             info = await js.stream_info(self._stream)
@@ -141,21 +152,32 @@ class Bucket:
                 await js.create_key_value(config)
             except APIError as exc:  # created by another process meanwhile
                 _log.debug("bucket %s: create raced: %s", self.name, exc)
-        else:
-            stream = info.config
-            if not stream.allow_msg_ttl or stream.subject_delete_marker_ttl != s.marker_ttl:
-                # An older bucket: without these, TTL writes are refused and expirations
-                # are invisible to watchers (or their markers expire too soon, module doc).
-                # Both can be changed in place.
-                stream.allow_msg_ttl = True
-                stream.subject_delete_marker_ttl = s.marker_ttl
-                await js.update_stream(stream)
-                _log.info("bucket %s: per-key TTLs and expiry markers switched on", self.name)
+            info = await js.stream_info(self._stream)
+        stream = info.config
+        if (
+            not stream.allow_msg_ttl
+            or not stream.allow_atomic
+            or stream.subject_delete_marker_ttl != s.marker_ttl
+        ):
+            # nats-py cannot ask for atomic batches when it creates a bucket, and an older
+            # bucket lacks the rest: without TTLs, TTL writes are refused and expirations
+            # are invisible to watchers (or their markers expire too soon, module doc);
+            # without atomic batches the fenced assignment write is refused. All three
+            # can be changed in place.
+            stream.allow_msg_ttl = True
+            stream.allow_atomic = True
+            stream.subject_delete_marker_ttl = s.marker_ttl
+            await js.update_stream(stream)
+            _log.info(
+                "bucket %s: per-key TTLs, expiry markers and atomic batches switched on",
+                self.name,
+            )
         wanted = js_api.StreamConfig(
             name=self._stream,
             storage=js_api.StorageType(s.storage),
             num_replicas=s.replicas,
             allow_msg_ttl=True,
+            allow_atomic=True,
         )
         check_stream(await js.stream_info(self._stream), wanted)
         return await js.key_value(self.name)
@@ -284,6 +306,62 @@ class Bucket:
     ) -> int | None:
         """Write ``key`` if its revision is still ``last``: the new revision, or None."""
         return await self._publish(key, value, last=last, ttl=ttl, timeout=timeout)
+
+    async def update_fenced(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        last: int,
+        fence: str,
+        fence_revision: int,
+        record: tuple[str, bytes],
+    ) -> int | None:
+        """Write ``key`` if its revision is still ``last`` and ``fence``'s is still
+        ``fence_revision``, both or nothing (module doc): the new revision, or None when
+        either moved. The batch's first message writes ``record`` (a key and its value that
+        nothing needs to read: a batch's comparisons ride on its writes)."""
+        nc = self._nc
+        self._kv_or_fail()
+        assert nc is not None
+        batch = uuid.uuid4().hex
+        check = {
+            _BATCH_ID: batch,
+            _BATCH_SEQUENCE: "1",
+            _EXPECTED_LAST: str(fence_revision),
+            _EXPECTED_LAST_OF: self._subject + fence,
+        }
+        write = {
+            _BATCH_ID: batch,
+            _BATCH_SEQUENCE: "2",
+            _BATCH_COMMIT: "1",
+            _EXPECTED_LAST: str(last),
+        }
+        timeout = self.settings.call_timeout
+
+        async def send() -> Any:
+            opened = await nc.request(self._subject + record[0], record[1], timeout, headers=check)
+            if opened.data:  # an empty answer means "batch open"; else an error is expected
+                answer = json.loads(opened.data)
+                if isinstance(answer, dict) and "error" in answer:
+                    return answer
+                raise StoreUnavailableError(
+                    f"NATS KV {self.name}: write {key}: the batch was not opened "
+                    f"({opened.data[:200]!r})"
+                )
+            committed = await nc.request(self._subject + key, value, timeout, headers=write)
+            return json.loads(committed.data)
+
+        answer = await self._call(f"write {key} fenced by {fence}", send, None)
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if error is None:
+            return int(answer["seq"])
+        if error.get("err_code") in _WRONG_LAST_SEQUENCE:
+            return None
+        raise StoreUnavailableError(
+            f"NATS KV {self.name}: write {key}: {error.get('description')} "
+            f"(err_code {error.get('err_code')})"
+        )
 
     async def put(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
         revision = await self._publish(key, value, last=None, ttl=ttl)

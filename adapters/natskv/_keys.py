@@ -13,6 +13,7 @@ from core.model import MemberId, Partition
 
 __all__ = [
     "ASSIGNMENT",
+    "ASSIGNMENT_FENCE",
     "HOLDS",
     "LEADER",
     "MEMBERS",
@@ -30,6 +31,9 @@ MEMBERS = "members."
 REPORTS = "reports."
 LEADER = "leader"
 ASSIGNMENT = "assignment"
+# The leadership that wrote the assignment last: the fenced write's first message (its
+# comparison with the leader key's revision needs a write to ride on).
+ASSIGNMENT_FENCE = "assignment-fence"
 HOLDS = "holds."
 _PROJECTS = "projects."
 _SAFE = re.compile(r"[A-Za-z0-9_-]")

@@ -1,12 +1,12 @@
 """``NatsKvAssignmentStore``, ``NatsKvHoldStore``, ``NatsKvProjectRegistry``.
 
-- ``assignment`` -> ``{generation, owners, term}`` JSON. A KV bucket has no transaction
-  over two keys, so ``publish`` checks the fence against the ``leader`` key (its term, id
-  and owner token), then writes the assignment if its revision is still the one read
-  (revision compare-and-set), the stored generation lower and the stored term not higher.
-  The gap between the check and the write is the limit against etcd: a leader deposed in
-  it can still store once, but only over the assignment it read, with a generation above
-  it, before any write of its successor (whose term is higher: then it is refused).
+- ``assignment`` -> ``{generation, owners, term}`` JSON. ``publish`` reads the ``leader``
+  key and checks the fence against it (its term, id and owner token), reads the assignment
+  (the stored generation must be lower, the stored term not higher), then writes in one
+  atomic batch that holds only if neither key's revision moved since
+  (``Bucket.update_fenced``): a leader deposed between its check and its write is refused,
+  as in etcd's one transaction. A renewal of the leader key moves its revision too; the
+  publish then reads and checks again.
 - ``holds.{p}`` -> ``{generation, member}`` JSON; the hold's version is the key's revision
   (``claim`` replacing a hold compares it).
 - ``projects.{p}.{id}`` -> the registration's expiry (the registrant's clock, seconds), with
@@ -55,7 +55,7 @@ class NatsKvAssignmentStore(NatsKvAdapter):
         bucket, term = self._bucket, fence.term
         value = encode_assignment(assignment, term).encode()
         while True:
-            await self._check_fence(fence)
+            fence_revision = await self._check_fence(fence)
             entry, last = await bucket.latest(keys.ASSIGNMENT)
             stored = self._decode(entry)
             if stored is not None:
@@ -68,11 +68,21 @@ class NatsKvAssignmentStore(NatsKvAdapter):
                         f"generation {assignment.generation} is not above the stored generation "
                         f"{stored.assignment.generation} (published by term {stored.term})"
                     )
-            if await bucket.update(keys.ASSIGNMENT, value, last=last) is not None:
+            written = await bucket.update_fenced(
+                keys.ASSIGNMENT,
+                value,
+                last=last,
+                fence=keys.LEADER,
+                fence_revision=fence_revision,
+                record=(keys.ASSIGNMENT_FENCE, f"{term}:{fence.leader_id}".encode()),
+            )
+            if written is not None:
                 return
-            # another publish came first: check the fence and the generation again
+            # a renewal, a new leader or another publish came first: check everything again
 
-    async def _check_fence(self, fence: Leader) -> None:
+    async def _check_fence(self, fence: Leader) -> int:
+        """The revision of the leader key that holds ``fence``; ``FencedError`` when it
+        does not hold it."""
         term = fence.term
         entry = await self._bucket.get(keys.LEADER)
         if entry is None:
@@ -90,6 +100,7 @@ class NatsKvAssignmentStore(NatsKvAdapter):
                 f"term {term} is held by another leadership ({leader.leader_id!r}, "
                 f"incarnation {token!r})"
             )
+        return entry.revision
 
     async def current(self) -> Assignment | None:
         stored = self._decode(await self._bucket.get(keys.ASSIGNMENT))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import pytest
@@ -128,6 +128,38 @@ class CoordinationHarness(Protocol):
     async def restart_store(self) -> None:
         """Restart the store on the same address and data (only if ``restartable``)."""
         ...
+
+    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
+        """The object and the name of the method through which ``store.publish`` makes its
+        write (the one that must hold only while the fence does), after every read it
+        makes before: where a paused leader would stop."""
+        ...
+
+
+@dataclass
+class Gate:
+    """Holds the first call through a ``gated`` method: ``reached`` once it arrived,
+    and it goes on when ``opened`` is set."""
+
+    reached: anyio.Event = field(default_factory=anyio.Event)
+    opened: anyio.Event = field(default_factory=anyio.Event)
+
+
+@contextmanager
+def gated(owner: object, name: str) -> Iterator[Gate]:
+    """Make the next call of ``owner.name`` (an async method) wait at a ``Gate``."""
+    original: Callable[..., Awaitable[Any]] = getattr(owner, name)
+    gate = Gate()
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        if not gate.reached.is_set():
+            gate.reached.set()
+            await gate.opened.wait()
+        return await original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(owner, name, held)
+        yield gate
 
 
 @asynccontextmanager
@@ -556,6 +588,45 @@ class ElectionContract:
 
 @pytest.mark.anyio
 class AssignmentStoreContract:
+    async def test_a_leader_deposed_between_its_reads_and_its_write_stores_nothing(
+        self, harness: CoordinationHarness
+    ) -> None:
+        """The pause the fence exists for, aimed at its gap: a leader's publish has read
+        what it checks (the leader key, the stored generation) and waits at its write while
+        its lease ends and another candidate takes office. The write is refused and stores
+        nothing; the new leader's publish goes on."""
+        async with (
+            harness.election() as old_side,
+            harness.election() as new_side,
+            harness.store() as stale,
+            harness.store() as store,
+        ):
+            old = await old_side.campaign("old", LONG_TTL)
+            await stale.publish(owners(1, "old"), old.fence)
+            refusals: list[FencedError] = []
+
+            async def publish_stale() -> None:
+                try:
+                    await stale.publish(owners(2, "old"), old.fence)
+                except FencedError as exc:
+                    refusals.append(exc)
+
+            owner, name = harness.write_call(stale)
+            with gated(owner, name) as gate:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(publish_stale)
+                    with anyio.fail_after(WAIT):
+                        await gate.reached.wait()
+                    harness.pause_renewal(old)
+                    await harness.expire(old)
+                    with anyio.fail_after(4 * WAIT):
+                        new = await new_side.campaign("new", LONG_TTL)
+                    gate.opened.set()
+            assert len(refusals) == 1, "the deposed leader's write was stored"
+            assert await store.current() == owners(1, "old")
+            await store.publish(owners(2, "new"), new.fence)
+            assert await store.current() == owners(2, "new")
+
     async def test_current_is_none_when_nothing_was_published(
         self, harness: CoordinationHarness
     ) -> None:

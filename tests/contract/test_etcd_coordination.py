@@ -22,7 +22,7 @@ from adapters.etcd import (
     EtcdProjectRegistry,
     EtcdSettings,
 )
-from core.ports import Leadership, MembershipLease
+from core.ports import AssignmentStore, Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
 from tests.contract._coordination import (
     LONG_TTL,
@@ -69,6 +69,10 @@ class EtcdHarness:
 
     def registry(self) -> EtcdProjectRegistry:
         return EtcdProjectRegistry(self.settings)
+
+    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
+        assert isinstance(store, EtcdAssignmentStore)
+        return store._client, "txn"
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, EtcdMembershipLease | EtcdLeadership)

@@ -49,7 +49,7 @@ from adapters.kafka._coord_aiokafka import (
 )
 from adapters.kafka._coord_base import CoordNames, read_session_bounds
 from adapters.kafka._coord_log import LogState, _StateWire
-from core.ports import Leadership, MembershipLease
+from core.ports import AssignmentStore, Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
 from tests._unavailable import local_process
 from tests.contract._coordination import (
@@ -109,6 +109,10 @@ class KafkaHarness:
 
     def registry(self) -> KafkaProjectRegistry:
         return KafkaProjectRegistry(self.settings)
+
+    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
+        assert isinstance(store, KafkaAssignmentStore)
+        return store.log, "request"  # appends the publish; the log applies it in order
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, KafkaMembershipLease | KafkaLeadership)

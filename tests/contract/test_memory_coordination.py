@@ -15,7 +15,7 @@ from adapters.memory import (
     InMemoryMembershipLease,
     InMemoryProjectRegistry,
 )
-from core.ports import Leadership, MembershipLease
+from core.ports import AssignmentStore, Leadership, MembershipLease
 from tests.contract._coordination import (
     AssignmentStoreContract,
     CoordinationModelContract,
@@ -51,6 +51,9 @@ class MemoryHarness:
 
     def registry(self) -> InMemoryProjectRegistry:
         return InMemoryProjectRegistry(self.state)
+
+    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
+        return store, "_step"  # before the model applies the write, check and all
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         owner = lease.member_id if isinstance(lease, InMemoryMembershipLease) else None

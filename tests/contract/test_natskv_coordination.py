@@ -32,7 +32,7 @@ from adapters.natskv import (
     NatsKvSettings,
 )
 from adapters.natskv._keys import decode_id, encode_id
-from core.ports import Leadership, MembershipLease
+from core.ports import AssignmentStore, Leadership, MembershipLease
 from infra.local._testservers import ServerInfo
 from tests.contract._coordination import (
     AssignmentStoreContract,
@@ -84,6 +84,10 @@ class NatsKvHarness:
 
     def registry(self) -> NatsKvProjectRegistry:
         return NatsKvProjectRegistry(self.settings)
+
+    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
+        assert isinstance(store, NatsKvAssignmentStore)
+        return store._bucket, "update_fenced"
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         """Purge the lease's key on the server, as its TTL running out would."""

@@ -55,8 +55,11 @@ def _env(nats_url: str, tmp_path: Path) -> dict[str, str]:
 def _missing(version: str, service: str) -> str:
     """What the first connection a service makes finds missing on server ``version``: the
     gateway connects its transport first (atomic batches); handlers and leaders their
-    coordination bucket (per-message TTLs), then the transport."""
-    return TTL if version.startswith("2.10") and service != "gateway" else ATOMIC
+    coordination bucket (per-message TTLs and the atomic batch of the fenced assignment
+    write), then the transport."""
+    if version.startswith("2.10") and service != "gateway":
+        return f"{TTL}, {ATOMIC}"
+    return ATOMIC
 
 
 @pytest.mark.parametrize("service", ["gateway", "handler", "leader"])

@@ -38,7 +38,7 @@ from adapters.redis import (
 )
 from adapters.redis._keys import Keys
 from core.errors import FencedError
-from core.ports import Leadership, MembershipLease
+from core.ports import AssignmentStore, Leadership, MembershipLease
 from infra.local._process import ServerStartError
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_redis
@@ -128,6 +128,10 @@ class RedisHarness:
 
     def registry(self) -> RedisProjectRegistry:
         return RedisProjectRegistry(self.settings)
+
+    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
+        assert isinstance(store, RedisAssignmentStore)
+        return store._client, "script"
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         """Let the key expire now (a real expiry: Redis publishes ``expired``)."""
