@@ -26,6 +26,8 @@ __all__ = ["GroupSnapshot", "GroupView", "describe_group"]
 
 _EMPTY_STATES = {"Empty", "Dead"}
 
+_RETRY_WAIT = 0.1  # between DescribeGroups asked again after a retriable error
+
 
 @dataclass(frozen=True, slots=True)
 class GroupSnapshot:
@@ -41,14 +43,27 @@ class GroupSnapshot:
 
 
 async def describe_group(admin: Any, group_id: str, bound: float) -> GroupSnapshot:
-    """One DescribeGroups of ``group_id``. Raises ``StoreUnavailableError``."""
+    """One DescribeGroups of ``group_id``, asked again within ``bound`` while the broker
+    answers with a retriable error (a new broker creates its offsets topic, and so finds
+    a group's coordinator, a moment after the first request). Raises
+    ``StoreUnavailableError``."""
     sent = time.monotonic()
+    last: KafkaError | None = None
     try:
         with anyio.fail_after(bound):
-            responses = await admin.describe_consumer_groups([group_id])
+            while True:
+                try:
+                    responses = await admin.describe_consumer_groups([group_id])
+                    break
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    await anyio.sleep(_RETRY_WAIT)
     except TimeoutError as exc:
         raise StoreUnavailableError(
             f"Kafka: DescribeGroups {group_id} unanswered within {bound:g} s"
+            + ("" if last is None else f" (last: {last!r})")
         ) from exc
     except KafkaError as exc:
         raise StoreUnavailableError(f"Kafka: DescribeGroups {group_id}: {exc!r}") from exc

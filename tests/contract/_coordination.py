@@ -14,6 +14,7 @@ of ``LoadReports.reports()`` (a port with no watch: its readers poll).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 import uuid
@@ -25,7 +26,14 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import pytest
 
-from core.coordination import CoordinationState, Hold, Leader, Registration, registration
+from core.coordination import (
+    Applied,
+    CoordinationState,
+    Hold,
+    Leader,
+    Registration,
+    registration,
+)
 from core.errors import FencedError, LeaseLostError, MemberExistsError, StoreUnavailableError
 from core.model import Assignment, MemberStats
 from core.ports import (
@@ -955,74 +963,234 @@ def _maybe_forged(fence: Leader, rng: random.Random) -> Leader:
     return rng.choice([fence, fence, *forgeries])
 
 
+MODEL_SEEDS = range(10)
+MODEL_STEPS = 200
+MODEL_CHECK_EVERY = 25  # steps between comparisons of the whole state
+# An operation's weight in the walk: leadership changes cost a store the most time (a
+# Kafka campaign waits for a rebalance), and publishes need a leader most of the time.
+_OPERATIONS = {
+    "join": 3,
+    "leave": 2,
+    "expire": 2,
+    "lead": 2,
+    "vacate": 1,
+    "publish": 4,
+    "claim": 5,
+    "release": 3,
+    "project": 3,
+}
+
+
+async def reads_as(read: Callable[[], Awaitable[T]], wanted: T, what: str) -> None:
+    """Poll ``read`` until it gives ``wanted`` (a store may show a lease's end a moment
+    after the call that ended it, and Kafka finds a new group's coordinator a moment after
+    its first request); an ``AssertionError`` naming ``what`` past the bound."""
+    got: T | None = None
+    with anyio.move_on_after(2 * WAIT):
+        while True:
+            with contextlib.suppress(StoreUnavailableError):
+                got = await read()
+                if got == wanted:
+                    return
+            await anyio.sleep(0.02)
+    raise AssertionError(f"{what}: the store shows {got!r}, the model {wanted!r}")
+
+
+class ModelWalk:
+    """One random walk of writes on a store and on ``core.coordination``'s model, step by
+    step: each write's outcome (accepted or refused) must be the model's, and what the
+    store shows after it the model's state."""
+
+    def __init__(
+        self,
+        harness: CoordinationHarness,
+        rng: random.Random,
+        membership: Membership,
+        election: Election,
+        store: AssignmentStore,
+        hold_store: HoldStore,
+        registry: ProjectRegistry,
+    ) -> None:
+        self.harness, self.rng = harness, rng
+        self.membership, self.election, self.store = membership, election, store
+        self.hold_store, self.registry = hold_store, registry
+        self.model = CoordinationState()
+        self.leases: dict[str, MembershipLease] = {}
+        self.leadership: Leadership | None = None
+        self.last_fence = Leader("nobody", 0)  # the fence of the latest leadership, kept
+        self.seen: list[Hold] = []  # holds observed once: replacing one may be stale now
+        self.start = time.time()
+        self.history: list[str] = []  # each step's operation and the store's outcome
+
+    async def step(self, step: int) -> None:
+        ops, weights = zip(*_OPERATIONS.items(), strict=True)
+        op = self.rng.choices(ops, weights)[0]
+        applied, stored = await getattr(self, op)(step)
+        self.history.append(f"{op}:{'accepted' if stored else 'refused'}")
+        where = f"step {step} {op} (after {', '.join(self.history[-6:-1])})"
+        assert stored == applied.accepted, f"{where}: store {stored}, model: {applied.reason}"
+        self.model = applied.state
+        await self.compare(op, where, step)
+        if step % MODEL_CHECK_EVERY == 0:
+            await self.compare_all(where, step)
+
+    # -- the writes: each returns the model's outcome and whether the store accepted --------
+
+    async def join(self, step: int) -> tuple[Applied, bool]:
+        member = self.rng.choice("abcd")
+        applied = self.model.join(member)
+        try:
+            self.leases[member] = await self.membership.join(member, LONG_TTL)
+        except MemberExistsError:
+            return applied, False
+        return applied, True
+
+    async def leave(self, step: int) -> tuple[Applied, bool]:
+        member = self.rng.choice("abcd")
+        lease = self.leases.pop(member, None)
+        if lease is not None:
+            await lease.leave()
+        return self.model.leave(member), lease is not None
+
+    async def expire(self, step: int) -> tuple[Applied, bool]:
+        """End a member's lease or the leadership on the store's side, as its TTL running
+        out would (the model's ``leave`` and ``vacate``)."""
+        choices: list[MembershipLease | Leadership] = list(self.leases.values())
+        if self.leadership is not None:
+            choices.append(self.leadership)
+        if not choices:
+            return self.model.leave("a"), False  # nothing live: refused by both
+        lease = self.rng.choice(choices)
+        self.harness.pause_renewal(lease)
+        await self.harness.expire(lease)
+        if self.leadership is not None and lease is self.leadership:
+            self.leadership = None
+            return self.model.vacate(self.last_fence.term), True
+        member = next(m for m, held in self.leases.items() if held is lease)
+        del self.leases[member]
+        return self.model.leave(member), True
+
+    async def lead(self, step: int) -> tuple[Applied, bool]:
+        """A candidate campaigns when nobody leads (a campaign waits while someone does):
+        its term must be above every term before (the model refuses it otherwise)."""
+        if self.leadership is not None:
+            return self.model.lead(self.leadership.fence), True  # restating it: no change
+        with anyio.fail_after(4 * WAIT):
+            self.leadership = await self.election.campaign(self.rng.choice("xyz"), LONG_TTL)
+        self.last_fence = self.leadership.fence
+        return self.model.lead(self.leadership.fence), True
+
+    async def vacate(self, step: int) -> tuple[Applied, bool]:
+        if self.leadership is None:
+            return self.model.vacate(self.last_fence.term), False
+        leadership, self.leadership = self.leadership, None
+        await leadership.resign()
+        return self.model.vacate(leadership.term), True
+
+    async def publish(self, step: int) -> tuple[Applied, bool]:
+        fence = _maybe_forged(self.last_fence, self.rng)
+        member = self.rng.choice("abc")
+        assignment = owners(self.rng.randint(1, MODEL_STEPS), member, "", member)
+        applied = self.model.publish(assignment, fence)
+        try:
+            await self.store.publish(assignment, fence)
+        except FencedError:
+            return applied, False
+        return applied, True
+
+    async def claim(self, step: int) -> tuple[Applied, bool]:
+        partition, member = self.rng.randrange(3), self.rng.choice("abc")
+        holds = await self.hold_store.holds()
+        replacing = self.rng.choice([None, holds.get(partition), *self.seen[-3:]])
+        if replacing is not None and replacing.partition != partition:
+            replacing = None
+        stored = await self.hold_store.claim(partition, member, step, replacing)
+        after = (await self.hold_store.holds()).get(partition)
+        applied = self.model.claim(
+            partition,
+            member,
+            step,
+            replacing=None if replacing is None else replacing.version,
+            version=after.version if stored and after is not None else -1,
+        )
+        if after is not None:
+            self.seen.append(after)
+        return applied, stored
+
+    async def release(self, step: int) -> tuple[Applied, bool]:
+        partition, member = self.rng.randrange(3), self.rng.choice("abc")
+        applied = self.model.release(partition, member)
+        await self.hold_store.release(partition, member)
+        return applied, applied.accepted  # release answers nothing: the holds compare it
+
+    async def project(self, step: int) -> tuple[Applied, bool]:
+        partition = self.rng.randrange(3)
+        ids = self.rng.sample(("p-1", "p-2", "p-3"), self.rng.randint(1, 2))
+        now = self.now(step)  # a registration lives 2 or 3 steps
+        applied = self.model.register_projects(partition, ids, now=now, ttl=250.0, cap=2)
+        done = await self.registry.register(partition, ids, now=now, ttl=250.0, cap=2)
+        expected = registration(self.model, applied.state, partition, ids, now)
+        assert done == expected, f"step {step} project: {applied.reason}"
+        return applied, applied.accepted
+
+    # -- what the store shows --------------------------------------------------------------
+
+    def now(self, step: int) -> float:
+        return self.start + 100.0 * step
+
+    async def leader(self) -> LeaderInfo | None:
+        return await self.election.leader()
+
+    def model_leader(self) -> LeaderInfo | None:
+        leader = self.model.leader
+        return None if leader is None else LeaderInfo(leader.leader_id, leader.term)
+
+    async def compare(self, op: str, where: str, step: int) -> None:
+        """The part of the state ``op`` may have changed."""
+        if op in ("join", "leave", "expire"):
+            await reads_as(self.membership.members, self.model.members, f"{where}: members")
+        if op in ("lead", "vacate", "expire"):
+            await reads_as(self.leader, self.model_leader(), f"{where}: leader")
+        if op in ("claim", "release"):
+            assert await self.hold_store.holds() == self.model.holds, f"{where}: holds"
+        if op == "publish":
+            assert await self.store.current() == self.model.assignment, f"{where}: assignment"
+
+    async def compare_all(self, where: str, step: int) -> None:
+        await reads_as(self.membership.members, self.model.members, f"{where}: members")
+        await reads_as(self.leader, self.model_leader(), f"{where}: leader")
+        assert await self.hold_store.holds() == self.model.holds, f"{where}: holds"
+        assert await self.store.current() == self.model.assignment, f"{where}: assignment"
+        now = self.now(step)
+        for p in range(3):
+            projects = await self.registry.projects(p, now=now)
+            assert projects == self.model.live_projects(p, now), f"{where}: projects of {p}"
+
+
 @pytest.mark.anyio
 class CoordinationModelContract:
     """Every store against ``core.coordination``'s model, the oracle of its rules."""
 
-    @pytest.mark.parametrize("seed", [1, 2])
-    async def test_random_writes_have_the_outcomes_the_core_model_gives(
+    @pytest.mark.parametrize("seed", MODEL_SEEDS)
+    async def test_a_random_walk_has_the_outcomes_and_states_the_core_model_gives(
         self, harness: CoordinationHarness, seed: int
     ) -> None:
-        """The model in ``core.coordination`` is the oracle: the same random publishes,
-        claims (free, over the hold now, over a stale hold), releases and registrations
-        (batches, a cap of 2, expiring as the steps' clock advances), with the same
-        outcomes and the same state after each one."""
-        rng = random.Random(seed)
-        start = time.time()
-        model = CoordinationState()
-        seen: list[Hold] = []  # holds observed once: replacing one may be stale now
+        """The model in ``core.coordination`` is the oracle: the same random joins, leaves,
+        lease expiries (members and the leader), campaigns, resignations, publishes (in
+        the name of the leadership, a stale one or a forged one), claims (free, over the
+        hold now, over a stale hold), releases and registrations (batches, a cap of 2,
+        expiring as the steps' clock advances), with the same outcomes and the same state
+        after each one."""
         async with (
+            harness.membership() as membership,
             harness.election() as election,
             harness.store() as store,
             harness.hold_store() as hold_store,
             harness.registry() as registry,
         ):
-            leader = await election.campaign("leader", LONG_TTL)
-            model = model.lead(leader.fence).state
-            for step in range(40):
-                op = rng.choice(("publish", "claim", "claim", "release", "project"))
-                partition, member = rng.randrange(3), rng.choice("abc")
-                if op == "publish":
-                    fence = _maybe_forged(leader.fence, rng)
-                    assignment = owners(rng.randint(1, 12), member, "", member)
-                    applied = model.publish(assignment, fence)
-                    try:
-                        await store.publish(assignment, fence)
-                        stored = True
-                    except FencedError:
-                        stored = False
-                elif op == "claim":
-                    holds = await hold_store.holds()
-                    replacing = rng.choice([None, holds.get(partition), *seen[-3:]])
-                    if replacing is not None and replacing.partition != partition:
-                        replacing = None
-                    stored = await hold_store.claim(partition, member, step, replacing)
-                    after = (await hold_store.holds()).get(partition)
-                    applied = model.claim(
-                        partition,
-                        member,
-                        step,
-                        replacing=None if replacing is None else replacing.version,
-                        version=after.version if stored and after is not None else -1,
-                    )
-                    if after is not None:
-                        seen.append(after)
-                elif op == "release":
-                    applied = model.release(partition, member)
-                    await hold_store.release(partition, member)
-                    stored = applied.accepted  # release answers nothing; compared below
-                else:
-                    ids = rng.sample(("p-1", "p-2", "p-3"), rng.randint(1, 2))
-                    now = start + 100.0 * step  # a registration lives 2 or 3 steps
-                    applied = model.register_projects(partition, ids, now=now, ttl=250.0, cap=2)
-                    done = await registry.register(partition, ids, now=now, ttl=250.0, cap=2)
-                    expected = registration(model, applied.state, partition, ids, now)
-                    assert done == expected, f"step {step} {op}: {applied.reason}"
-                    stored = applied.accepted
-                assert stored == applied.accepted, f"step {step} {op}: {applied.reason}"
-                model = applied.state
-                assert await hold_store.holds() == model.holds, f"step {step} {op}"
-                assert await store.current() == model.assignment, f"step {step} {op}"
-                now = start + 100.0 * step
-                for p in range(3):
-                    assert await registry.projects(p, now=now) == model.live_projects(p, now)
+            walk = ModelWalk(
+                harness, random.Random(seed), membership, election, store, hold_store, registry
+            )
+            for step in range(MODEL_STEPS):
+                await walk.step(step)
+            await walk.compare_all("the end", MODEL_STEPS)

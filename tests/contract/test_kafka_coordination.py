@@ -126,6 +126,12 @@ class KafkaHarness:
                 assert response.error_code == 0, response
         finally:
             await client.close()
+        if isinstance(lease, KafkaLeadership):
+            # The log learns of an expired leader from the rebalance that follows, whose
+            # group leader (any other session: a handler, a candidate) appends ``depose``;
+            # with no other session alive nobody does until the next one joins (README,
+            # Limits). Here the harness plays that session.
+            await lease._election.log.post("depose", term=lease.term)
 
     def pause_renewal(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, KafkaMembershipLease | KafkaLeadership)
