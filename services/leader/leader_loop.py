@@ -237,6 +237,9 @@ class LeaderLoop:
         compute_seconds = time.perf_counter() - started
         if result.moved == 0 and previous.generation > 0:
             return None
+        if leadership.is_lost():  # a process resumed past its deadline: the store may not know
+            log.warning("leadership lost before publishing; generation not published")
+            return None
         await self._store.publish(result.assignment, leadership.fence)
         record = RebalanceRecord(
             at=time.time(),
