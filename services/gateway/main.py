@@ -12,8 +12,9 @@ from dependency_injector import containers, providers
 from adapters.keys import ApiKeyFile
 from adapters.ledger import JsonlLedger
 from core.ingest import IngestLimits
+from core.ports import IdempotencyStore
 from services.common.backends import Backends
-from services.common.clusters import enter_datacenters
+from services.common.clusters import enter_cluster_idempotency, enter_datacenters
 from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
@@ -41,17 +42,23 @@ async def serve(container: GatewayContainer) -> None:
     async with AsyncExitStack() as stack:
         datacenters = await enter_datacenters(stack, shoal.transport)
         transport: Publisher
+        idempotency: IdempotencyStore
         if datacenters is None:
             transport = await stack.enter_async_context(container.backends.transport())
+            idempotency = await stack.enter_async_context(
+                container.backends.idempotency_store(window=settings.idempotency_window)
+            )
         else:
             if datacenters.local is None:
                 raise SystemExit("error: SHOAL_CLUSTER: a gateway must name its own cluster")
             transport = RoutedPublisher(
                 datacenters.transports, datacenters.routes, datacenters.clusters, datacenters.local
             )
-        idempotency = await stack.enter_async_context(
-            container.backends.idempotency_store(window=settings.idempotency_window)
-        )
+            # In every cluster, not only this gateway's own: a retry may come through
+            # another datacenter, or come while this one is down.
+            idempotency = await enter_cluster_idempotency(
+                stack, datacenters.clusters, window=settings.idempotency_window
+            )
         ledger = None
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))
