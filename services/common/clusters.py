@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -34,7 +34,6 @@ __all__ = [
     "LateCluster",
     "LateIdempotencyStore",
     "RouteView",
-    "enter_cluster_idempotency",
     "enter_datacenters",
 ]
 
@@ -50,15 +49,23 @@ class Datacenters:
     transports: Mapping[str, Transport]  # by cluster name, entered
     routes: RouteStore
     local: str | None  # SHOAL_CLUSTER
+    idempotency: ClusterIdempotency | None = None  # a gateway's, in every cluster
 
 
 async def enter_datacenters(
-    stack: AsyncExitStack, transport: str, *, position: str | None = None
+    stack: AsyncExitStack,
+    transport: str,
+    *,
+    position: str | None = None,
+    idempotency_window: float | None = None,
 ) -> Datacenters | None:
     """None when ``SHOAL_CLUSTERS`` is unset (one cluster, the usual transport settings).
     ``position``: a broadcast handler's own position, on every cluster.
-    A cluster that does not answer at start is connected in the background (``LateCluster``):
-    a process starts, and serves from the other clusters, while a datacenter is down."""
+    ``idempotency_window``: a gateway's; its ``Idempotency-Key`` answers are then kept in
+    every cluster's own bucket (``ClusterIdempotency``).
+    A cluster that does not answer at start is connected in the background (``LateCluster``,
+    ``LateIdempotencyStore``): a process starts, and serves from the other clusters, while a
+    datacenter is down."""
     routing = load_settings(RoutingSettings)
     clusters = routing.cluster_map
     if clusters is None:
@@ -68,47 +75,37 @@ async def enter_datacenters(
             "error: SHOAL_CLUSTERS: multi-datacenter routing is built for SHOAL_TRANSPORT=nats "
             "only (Kafka clusters are the same shape, not built yet)"
         )
+    base = load_settings(NatsSettings)
+    settings = {name: base.for_cluster(name, clusters.addresses(name)) for name in clusters.names}
     transports = {
-        name: LateCluster(name, functools.partial(NatsTransport, settings, position=position))
-        for name, settings in _cluster_settings(clusters).items()
+        name: LateCluster(name, functools.partial(NatsTransport, cluster, position=position))
+        for name, cluster in settings.items()
     }
-    await _connect_in_background(stack, transports.values())
+    stores: dict[str, LateIdempotencyStore] = {}
+    if idempotency_window is not None:
+        stores = {
+            name: LateIdempotencyStore(
+                name, functools.partial(NatsIdempotencyStore, cluster, window=idempotency_window)
+            )
+            for name, cluster in settings.items()
+        }
+    await _connect_in_background(stack, [*transports.values(), *stores.values()])
     routes = await stack.enter_async_context(
         RouteFile(routing.routes_file, poll_interval=routing.routes_poll)
     )
-    return Datacenters(clusters, transports, routes, routing.cluster)
+    idempotency = ClusterIdempotency(stores, timeout=base.request_timeout) if stores else None
+    return Datacenters(clusters, transports, routes, routing.cluster, idempotency)
 
 
-async def enter_cluster_idempotency(
-    stack: AsyncExitStack, clusters: ClusterMap, *, window: float
-) -> ClusterIdempotency:
-    """The gateway's ``Idempotency-Key`` answers in every cluster's own bucket (the
-    ``SHOAL_NATS_*`` settings with that cluster's addresses), each connected in the
-    background while its datacenter is down (``LateIdempotencyStore``)."""
-    settings = _cluster_settings(clusters)
-    stores = {
-        name: LateIdempotencyStore(
-            name, functools.partial(NatsIdempotencyStore, cluster, window=window)
-        )
-        for name, cluster in settings.items()
-    }
-    await _connect_in_background(stack, stores.values())
-    timeout = max(cluster.request_timeout for cluster in settings.values())
-    return ClusterIdempotency(stores, timeout=timeout)
-
-
-def _cluster_settings(clusters: ClusterMap) -> dict[str, NatsSettings]:
-    base = load_settings(NatsSettings)
-    return {name: base.for_cluster(name, clusters.addresses(name)) for name in clusters.names}
-
-
-async def _connect_in_background(stack: AsyncExitStack, lates: Iterable[Late[Any]]) -> None:
-    """Start each one's first attempt in turn; the ones that fail keep trying until
-    ``stack`` closes."""
+async def _connect_in_background(stack: AsyncExitStack, lates: Sequence[Late[Any]]) -> None:
+    """Make every first attempt at once and return when each one connected or failed (a
+    datacenter that is down costs one connect timeout, whatever it serves); the ones that
+    failed keep trying until ``stack`` closes."""
     connecting = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(connecting.cancel_scope.cancel)  # runs first on the way out
-    for late in lates:
-        await connecting.start(late.run)
+    async with anyio.create_task_group() as starting:
+        for late in lates:
+            starting.start_soon(connecting.start, late.run)
 
 
 class Late(Generic[T]):

@@ -14,7 +14,7 @@ from adapters.ledger import JsonlLedger
 from core.ingest import IngestLimits
 from core.ports import IdempotencyStore
 from services.common.backends import Backends
-from services.common.clusters import enter_cluster_idempotency, enter_datacenters
+from services.common.clusters import enter_datacenters
 from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
@@ -40,7 +40,11 @@ async def serve(container: GatewayContainer) -> None:
     # series, so every process gets its own id even when SHOAL_GATEWAY_ID is fixed.
     gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
-        datacenters = await enter_datacenters(stack, shoal.transport)
+        # With SHOAL_CLUSTERS the answers are kept in every cluster, not only this gateway's
+        # own: a retry may come through another datacenter, or while this one is down.
+        datacenters = await enter_datacenters(
+            stack, shoal.transport, idempotency_window=settings.idempotency_window
+        )
         transport: Publisher
         idempotency: IdempotencyStore
         if datacenters is None:
@@ -54,11 +58,8 @@ async def serve(container: GatewayContainer) -> None:
             transport = RoutedPublisher(
                 datacenters.transports, datacenters.routes, datacenters.clusters, datacenters.local
             )
-            # In every cluster, not only this gateway's own: a retry may come through
-            # another datacenter, or come while this one is down.
-            idempotency = await enter_cluster_idempotency(
-                stack, datacenters.clusters, window=settings.idempotency_window
-            )
+            assert datacenters.idempotency is not None  # the window was given
+            idempotency = datacenters.idempotency
         ledger = None
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))

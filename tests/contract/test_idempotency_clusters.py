@@ -30,9 +30,8 @@ import pytest
 from core.errors import StoreUnavailableError
 from core.ingest import IngestLimits
 from core.ports import IdempotencyStore
-from core.routing import parse_cluster_map
 from infra.local.servers import RunningNats, start_nats
-from services.common.clusters import enter_cluster_idempotency, enter_datacenters
+from services.common.clusters import ClusterIdempotency, enter_datacenters
 from services.gateway.app import create_app
 from services.gateway.routed import RoutedPublisher
 from tests.contract._idempotency import IdempotencyStoreContract, StoreFactory, answer
@@ -75,9 +74,8 @@ class Datacenters:
         self.monkeypatch.setenv("SHOAL_CLUSTER", home)
         self.monkeypatch.setenv("SHOAL_NATS_URL", self.servers[home].url)
         async with AsyncExitStack() as stack:
-            dcs = await enter_datacenters(stack, "nats")
-            assert dcs is not None and dcs.local == home
-            store = await enter_cluster_idempotency(stack, dcs.clusters, window=600.0)
+            dcs = await enter_datacenters(stack, "nats", idempotency_window=600.0)
+            assert dcs is not None and dcs.local == home and dcs.idempotency is not None
             app = create_app(
                 RoutedPublisher(dcs.transports, dcs.routes, dcs.clusters, home),
                 gateway_id=f"gw-{home}-{uuid.uuid4().hex[:6]}",
@@ -85,7 +83,7 @@ class Datacenters:
                 limits=IngestLimits(),
                 publish_timeout=10.0,
                 retry_after_seconds=1,
-                idempotency=store,
+                idempotency=dcs.idempotency,
             )
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
             yield await stack.enter_async_context(client)
@@ -125,6 +123,13 @@ def dcs(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return dcs
+
+
+async def cluster_store(stack: AsyncExitStack, window: float = 600.0) -> ClusterIdempotency:
+    """The idempotency store of a gateway with ``SHOAL_CLUSTERS``, entered as it enters it."""
+    dcs = await enter_datacenters(stack, "nats", idempotency_window=window)
+    assert dcs is not None and dcs.idempotency is not None
+    return dcs.idempotency
 
 
 def url(project: str) -> str:
@@ -195,9 +200,7 @@ async def test_the_store_refuses_only_when_no_cluster_answers(dcs: Datacenters) 
     remembered = answer(key="both-down")
     with anyio.fail_after(LIMIT):
         async with AsyncExitStack() as stack:
-            store = await enter_cluster_idempotency(
-                stack, parse_cluster_map(dcs.clusters), window=600.0
-            )
+            store = await cluster_store(stack)
             await store.remember(remembered)
             servers["east"].kill()
             servers["west"].kill()
@@ -221,9 +224,7 @@ async def test_an_answer_remembered_while_a_cluster_was_down_is_not_on_it_later(
     remembered = answer(key="west-was-down")
     with anyio.fail_after(LIMIT):
         async with AsyncExitStack() as stack:
-            store = await enter_cluster_idempotency(
-                stack, parse_cluster_map(dcs.clusters), window=600.0
-            )
+            store = await cluster_store(stack)
             servers["west"].kill()
             try:
                 await store.remember(remembered)  # east confirms
@@ -246,14 +247,12 @@ class TestClusterIdempotency(IdempotencyStoreContract):
     """Both clusters up: the port's promise, as one store keeps it."""
 
     @pytest.fixture
-    def make_store(self, dcs: Datacenters) -> StoreFactory:
-        clusters = parse_cluster_map(dcs.clusters)
-
+    def make_store(self, dcs: Datacenters) -> StoreFactory:  # dcs sets SHOAL_CLUSTERS
         def make(window: float) -> AbstractAsyncContextManager[IdempotencyStore]:
             @asynccontextmanager
             async def entered() -> AsyncIterator[IdempotencyStore]:
                 async with AsyncExitStack() as stack:
-                    yield await enter_cluster_idempotency(stack, clusters, window=window)
+                    yield await cluster_store(stack, window)
 
             return entered()
 
