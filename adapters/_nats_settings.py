@@ -63,9 +63,10 @@ class NatsSettings(ConnectionSecurity):
     )
     refuse_while_disconnected: bool = Field(
         default=False,
-        description="publish() refuses at once while the connection is down instead of "
-        "waiting for it to come back (set per cluster by for_cluster: the gateway then "
-        "fails over to another datacenter without a publish in doubt)",
+        description="publish() and the idempotency store's calls refuse at once while the "
+        "connection is down instead of waiting for it to come back (set per cluster by "
+        "for_cluster: the gateway then fails over to another datacenter without a publish "
+        "in doubt, and answers keyed requests from the other datacenters' stores)",
     )
     stream: str = Field(default="SHOAL", pattern=rf"^{_TOKEN}$")
     subject_prefix: str = Field(default="handler.data.partitions", pattern=_SUBJECT_PREFIX)

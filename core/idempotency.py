@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass
 
 from core.ingest import InvalidRequestError
 
@@ -37,6 +37,7 @@ __all__ = [
     "decode_answer",
     "encode_answer",
     "fingerprint",
+    "first_answer",
     "identity",
     "is_expired",
     "key_digest",
@@ -157,6 +158,22 @@ class IdempotentAnswer:
 def is_expired(answer: IdempotentAnswer, now: float, window: float) -> bool:
     """True once ``window`` seconds passed since the answer (by the wall clock ``now``)."""
     return now >= answer.accepted_at + window
+
+
+def first_answer(answers: Iterable[IdempotentAnswer]) -> IdempotentAnswer | None:
+    """The answer a retry gets when several stores hold one for its scope (one per
+    datacenter): the earliest ``accepted_at``, the one its first request was given; equal
+    times are decided by the other fields, so every gateway picks the same one whatever
+    order the stores answered in. None when there is none.
+
+    Two answers differ when the key was used with two bodies while the datacenters could
+    not see each other (each 202'd once); the retry of the later body is then a 422, as it
+    would be with one store."""
+    return min(answers, key=_answer_order, default=None)
+
+
+def _answer_order(answer: IdempotentAnswer) -> tuple[float, tuple[object, ...]]:
+    return answer.accepted_at, astuple(answer)
 
 
 _FIELDS = (

@@ -24,7 +24,7 @@ from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from adapters._lifecycle import Lifecycle
-from adapters._nats_connect import connect
+from adapters._nats_connect import connect, describe
 from adapters._nats_settings import NatsSettings
 from core.errors import StoreUnavailableError
 from core.idempotency import (
@@ -45,7 +45,9 @@ _STREAM_NAME_IN_USE = 10058
 
 class NatsIdempotencyStore(Lifecycle):
     """``async with NatsIdempotencyStore(settings, window=600) as store``. Every call is
-    bounded by ``request_timeout`` and raises ``StoreUnavailableError`` past it."""
+    bounded by ``request_timeout`` and raises ``StoreUnavailableError`` past it, or at once
+    while disconnected with ``refuse_while_disconnected`` (one datacenter's store of
+    several: the others answer meanwhile)."""
 
     def __init__(
         self,
@@ -122,6 +124,11 @@ class NatsIdempotencyStore(Lifecycle):
     def _bucket(self) -> KeyValue:
         if self._kv is None:
             raise StoreUnavailableError("NatsIdempotencyStore is not open (use 'async with')")
+        if self.settings.refuse_while_disconnected and not (self._nc and self._nc.is_connected):
+            raise StoreUnavailableError(
+                f"NATS: idempotency bucket {self.bucket}: not connected to "
+                f"{describe(self.settings)}"
+            )
         return self._kv
 
     async def recall(self, project_id: str, key_digest: str) -> IdempotentAnswer | None:

@@ -114,7 +114,8 @@ class Backends(containers.DeclarativeContainer):
         kafka=providers.Factory(_deferred("adapters.kafka:KafkaHistory"), kafka_settings),
     )
     # The gateways' Idempotency-Key records, on the transport's broker; the caller passes
-    # ``window=`` (SHOAL_GATEWAY_IDEMPOTENCY_WINDOW).
+    # ``window=`` (SHOAL_GATEWAY_IDEMPOTENCY_WINDOW). With SHOAL_CLUSTERS the gateway keeps
+    # them in every cluster instead (services.common.clusters.enter_datacenters).
     idempotency_store = providers.Selector(
         config.transport,
         nats=providers.Factory(_deferred("adapters.nats:NatsIdempotencyStore"), nats_settings),

@@ -12,6 +12,7 @@ from dependency_injector import containers, providers
 from adapters.keys import ApiKeyFile
 from adapters.ledger import JsonlLedger
 from core.ingest import IngestLimits
+from core.ports import IdempotencyStore
 from services.common.backends import Backends
 from services.common.clusters import enter_datacenters
 from services.common.http import embedded_server, serve_until
@@ -39,19 +40,26 @@ async def serve(container: GatewayContainer) -> None:
     # series, so every process gets its own id even when SHOAL_GATEWAY_ID is fixed.
     gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
-        datacenters = await enter_datacenters(stack, shoal.transport)
+        # With SHOAL_CLUSTERS the answers are kept in every cluster, not only this gateway's
+        # own: a retry may come through another datacenter, or while this one is down.
+        datacenters = await enter_datacenters(
+            stack, shoal.transport, idempotency_window=settings.idempotency_window
+        )
         transport: Publisher
+        idempotency: IdempotencyStore
         if datacenters is None:
             transport = await stack.enter_async_context(container.backends.transport())
+            idempotency = await stack.enter_async_context(
+                container.backends.idempotency_store(window=settings.idempotency_window)
+            )
         else:
             if datacenters.local is None:
                 raise SystemExit("error: SHOAL_CLUSTER: a gateway must name its own cluster")
             transport = RoutedPublisher(
                 datacenters.transports, datacenters.routes, datacenters.clusters, datacenters.local
             )
-        idempotency = await stack.enter_async_context(
-            container.backends.idempotency_store(window=settings.idempotency_window)
-        )
+            assert datacenters.idempotency is not None  # the window was given
+            idempotency = datacenters.idempotency
         ledger = None
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))

@@ -13,6 +13,7 @@ from core.idempotency import (
     decode_answer,
     encode_answer,
     fingerprint,
+    first_answer,
     identity,
     is_expired,
     key_digest,
@@ -142,3 +143,33 @@ def test_an_answer_expires_window_seconds_after_it_was_accepted() -> None:
     answer = _answer(accepted_at=100.0)
     assert not is_expired(answer, 159.9, 60.0)
     assert is_expired(answer, 160.0, 60.0)
+
+
+answers_of_one_scope = st.lists(
+    st.builds(
+        _answer,
+        fingerprint=st.sampled_from([fingerprint([b"{}"]), fingerprint([b"[1]"])]),
+        partition=st.integers(0, 3),
+        count=st.integers(1, 3),
+        accepted_at=st.floats(1_000.0, 1_010.0, allow_nan=False).map(lambda t: round(t, 1)),
+    ),
+    max_size=4,
+)
+
+
+@given(answers=answers_of_one_scope, data=st.data())
+def test_the_first_answer_is_the_earliest_whatever_order_the_stores_answer_in(
+    answers: list[IdempotentAnswer], data: st.DataObject
+) -> None:
+    chosen = first_answer(answers)
+    assert first_answer(data.draw(st.permutations(answers))) == chosen
+    if not answers:
+        assert chosen is None
+        return
+    assert chosen in answers
+    assert all(chosen.accepted_at <= other.accepted_at for other in answers)
+
+
+def test_the_first_answer_of_one_key_used_with_two_bodies_is_the_first_body() -> None:
+    first, later = _answer(accepted_at=100.0), _answer(fingerprint="f" * 64, accepted_at=100.5)
+    assert first_answer([later, first]) == first_answer([first, later]) == first
