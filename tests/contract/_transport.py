@@ -396,8 +396,8 @@ class TransportContract:
         (d,) = await fetch_n(survivor, 1, limit=ACK_WAIT + LIMIT)
         assert (d.envelope, d.attempt) == (e, 2)
         await survivor.ack([d])
-        await survivor.close()
         assert await transport.backlog(14) == 0
+        await survivor.close()
 
     async def test_a_superseded_subscription_cannot_undo_its_successors_acks(
         self, transport: ClosableTransport
