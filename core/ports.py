@@ -250,7 +250,10 @@ class Delivery(Protocol):
 
     @property
     def attempt(self) -> int:
-        """1 on first delivery, 2 on the first redelivery, and so on."""
+        """1 on first delivery, 2 on the first redelivery, and so on, counting only the
+        message's own failures: a delivery that a subscription closed on purpose gave back
+        (a handoff, a lost lease, a partition opened again) is excused and does not count
+        (``core.retry.Excusals``); one whose consumer died without a close does."""
         ...
 
     @property
@@ -315,7 +318,9 @@ class Subscription(Protocol):
         ...
 
     async def close(self) -> None:
-        """Stop fetching. Unacked deliveries are redelivered to the next subscriber. Idempotent."""
+        """Stop fetching. Unacked deliveries are redelivered to the next subscriber, which
+        sees them with the attempt they had: the close excuses what it gives back (when the
+        broker does not confirm that in time, those deliveries count). Idempotent."""
         ...
 
 

@@ -8,7 +8,11 @@ by one, in any order. The settlements bridges the two:
   offset that is not;
 - ``settled`` holds the settled offsets above ``base`` (acked out of order);
 - ``counts`` holds how many times an offset in [base, delivered_until) was delivered,
-  when that is not 1 (offsets below ``delivered_until`` were delivered at least once).
+  when that is not 1 (offsets below ``delivered_until`` were delivered at least once),
+  less the deliveries excused: a subscription closed on purpose gives back what it holds
+  and takes one delivery off each (``excuse``). That is Kafka's dialect of
+  ``core.retry.Excusals``: these counts are shoal's own, kept per offset, so the excusal
+  is exact instead of a span of positions.
 
 The whole settlements is committed with the offset, in the commit's metadata string (JSON,
 offsets relative to ``base``), so the next subscriber of the partition (a handoff, or a
@@ -140,6 +144,14 @@ class Settlements:
                     self.counts.setdefault(o, 0)
             self.delivered_until = offset + 1
         return n
+
+    def excuse(self, offset: int) -> None:
+        """Take one delivery of ``offset`` off its count: a close gave it back."""
+        n = max(self.count(offset) - 1, 0)
+        if n == 1:
+            self.counts.pop(offset, None)
+        else:
+            self.counts[offset] = n
 
     def settle(self, offset: int) -> None:
         """Mark ``offset`` settled; the commit point moves over every settled offset."""

@@ -26,8 +26,10 @@ committed offset, and emulates the port's per-message semantics on top (the ``Se
   reservation: a commit records the next ``DELIVERY_RESERVE`` offsets as delivered once
   already, so only a fetch that passes the reservation (or redelivers) commits. The price:
   after a crash, up to that many records never delivered come with attempt 2 (one attempt
-  of their budget spent); ``close()`` commits the exact counts. The subscription itself
-  redelivers without bound.
+  of their budget spent); ``close()`` commits the exact counts, less one delivery of
+  every record it gives back unsettled (an excusal, see ``Settlements``): a handoff or a
+  lost lease spends no attempt, a crash does. The subscription itself redelivers without
+  bound.
 - duplicates: Kafka has no message-id de-duplication. A record whose message id was seen
   at another offset of this partition within ``duplicate_window`` (by record timestamps;
   the last ``duplicate_cache`` ids) is settled without being delivered. The transport
@@ -289,8 +291,10 @@ class KafkaSubscription:
                 settlements.settle(o)
                 self._version += 1
                 continue
+            # a count a close excused down to 0 is not covered by the reservation
+            excused = settlements.counts.get(o) == 0
             attempt = settlements.delivered(o)
-            if self._s.track_deliveries and (attempt > 1 or o >= self._reserved):
+            if self._s.track_deliveries and (attempt > 1 or o >= self._reserved or excused):
                 self._version += 1
             entry = _Entry(o, envelope, attempt, token=1, inflight=True, due=now + self._s.ack_wait)
             self._entries[o] = entry
@@ -510,12 +514,17 @@ class KafkaSubscription:
     # -- close -------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Commit what is settled (and the delivery counts), stop the consumer. The next
-        open() of the partition resumes from this commit; unsettled records come back to
-        it at once (with their attempt counted). Idempotent."""
+        """Commit what is settled (and the delivery counts, less one delivery of each
+        unsettled record: the close excuses it), stop the consumer. The next open() of the
+        partition resumes from this commit; unsettled records come back to it at once,
+        with the attempt they had. A commit that fails leaves their deliveries counted.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
+        for offset in self._entries:
+            self._settlements.excuse(offset)
+        self._version += 1
         self._on_close(self)
         self._poke()
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._s.close_timeout) as scope:

@@ -10,6 +10,10 @@ one durable consumer per partition on NATS):
   ``attempt + 1``;
 - a dead-lettered message is removed and handed to the dead-letter hook (redelivery has
   no bound: the consumer applies the retry budget, ``core.retry``);
+- a subscription's ``close`` excuses what it was delivered (``core.retry.Excusals``, one
+  record per partition, read by the next ``open``): a message given back that way comes
+  again with the attempt it had; one whose subscription was just dropped (a crash) with
+  the next;
 - ``backlog`` counts stored messages not yet acked (ready, delayed and in flight);
   ``oldest_unacked`` is when the first of them was stored, by the ``clock`` given (the
   wall clock by default);
@@ -43,6 +47,7 @@ from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.ports import Delivery, Subscription
 from core.replay import StoredMessage
+from core.retry import Excusals
 
 __all__ = ["InMemoryTransport"]
 
@@ -94,6 +99,7 @@ class InMemoryTransport(Lifecycle):
         self._hook = dead_letter or log_dead_letter
         self._clock = clock
         self._queues: dict[Partition, _Queue] = {}
+        self._excusals: dict[Partition, Excusals] = {}
         self._seen: OrderedDict[str, float] = OrderedDict()  # message_id -> stored at
         self._seq = itertools.count(1)
         self._next_seq = 1  # the seq the next stored message gets
@@ -140,7 +146,9 @@ class InMemoryTransport(Lifecycle):
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
         await anyio.lowlevel.checkpoint()
-        return _Subscription(self, partition, consumer_id)
+        return _Subscription(
+            self, partition, consumer_id, self._excusals.get(partition, Excusals())
+        )
 
     async def backlog(self, partition: Partition) -> int:
         await anyio.lowlevel.checkpoint()
@@ -187,7 +195,7 @@ class InMemoryTransport(Lifecycle):
             entry.token += 1
             heapq.heappush(q.ready, seq)
 
-    def _take(self, partition: Partition, max_messages: int) -> list[_Delivery]:
+    def _take(self, partition: Partition, max_messages: int, excusals: Excusals) -> list[_Delivery]:
         q = self._queue(partition)
         due = anyio.current_time() + self.ack_wait
         out: list[_Delivery] = []
@@ -198,7 +206,8 @@ class InMemoryTransport(Lifecycle):
             entry.inflight = True
             entry.due = due
             heapq.heappush(q.timed, (due, entry.seq, entry.token))
-            out.append(_Delivery(self, partition, entry.seq, entry.token, entry))
+            attempt = excusals.attempt(entry.deliveries, entry.seq)
+            out.append(_Delivery(self, partition, entry.seq, entry.token, entry, attempt=attempt))
         return out
 
     def _settle(self, partition: Partition, seq: int, token: int) -> _Entry | None:
@@ -228,14 +237,21 @@ class _Delivery:
     __slots__ = ("_attempt", "_envelope", "_partition", "_seq", "_settled", "_t", "_token")
 
     def __init__(
-        self, t: InMemoryTransport, partition: Partition, seq: int, token: int, entry: _Entry
+        self,
+        t: InMemoryTransport,
+        partition: Partition,
+        seq: int,
+        token: int,
+        entry: _Entry,
+        *,
+        attempt: int,
     ) -> None:
         self._t = t
         self._partition = partition
         self._seq = seq
         self._token = token
         self._envelope = entry.envelope
-        self._attempt = entry.deliveries
+        self._attempt = attempt
         self._settled = False
 
     @property
@@ -263,12 +279,16 @@ class _Delivery:
 
 
 class _Subscription:
-    def __init__(self, t: InMemoryTransport, partition: Partition, consumer_id: str) -> None:
+    def __init__(
+        self, t: InMemoryTransport, partition: Partition, consumer_id: str, excusals: Excusals
+    ) -> None:
         self._t = t
         self.partition = partition
         self.consumer_id = consumer_id
         self.ack_wait = t.ack_wait
         self.log_id = t.log_id
+        self._excusals = excusals  # as the partition's last close left them
+        self._delivered: tuple[int, int] | None = None  # lowest and highest seq fetched
         self._closed = False
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
@@ -283,8 +303,11 @@ class _Subscription:
             if self._closed:
                 raise anyio.ClosedResourceError
             self._t._expire(self.partition)
-            got = self._t._take(self.partition, max_messages)
+            got = self._t._take(self.partition, max_messages, self._excusals)
             if got:
+                seqs = [d.position for d in got]
+                low, high = self._delivered or (seqs[0], seqs[0])
+                self._delivered = (min(low, *seqs), max(high, *seqs))
                 return got
             now = anyio.current_time()
             if now >= deadline:
@@ -313,7 +336,16 @@ class _Subscription:
         return min(entries) if entries else self._t._next_seq
 
     async def close(self) -> None:
-        """Stop fetching. Unsettled deliveries come back to whoever fetches after
-        ack_wait (they may still be settled until then). Idempotent."""
+        """Stop fetching, and excuse what this subscription was delivered. Unsettled
+        deliveries come back to whoever fetches after ack_wait (they may still be settled
+        until then). Idempotent."""
         await anyio.lowlevel.checkpoint()
+        if self._closed:
+            return
         self._closed = True
+        if self._delivered is not None:
+            floor = await self.acked_below()
+            record = self._t._excusals.get(self.partition, Excusals()).above(floor)
+            self._t._excusals[self.partition] = record.excusing(
+                max(floor, self._delivered[0]), self._delivered[1]
+            )

@@ -7,6 +7,8 @@ on ``{prefix}.p{p}.{project}.reg.response`` (core NATS, not stored). One durable
 consumer per partition (``p{p}``, filters ``{prefix}.p{p}`` and ``{prefix}.p{p}.*.data``),
 so consumers stay O(partitions).
 Envelope fields travel in headers, the message id as ``Nats-Msg-Id`` (see ``_codec``).
+What a subscription closed on purpose gave back is kept in a key-value bucket, so that the
+retry budget does not count it (see ``_excusals``).
 Dead letters go to a second stream (see ``_dead_letter``); ``NatsDeadLetterQueue`` lists,
 replays and purges them. ``NatsHistory`` reads stored messages again (``shoal replay``;
 limits retention only).

@@ -1,4 +1,12 @@
-"""``NatsSubscription`` and ``NatsDelivery``: one durable pull consumer per partition."""
+"""``NatsSubscription`` and ``NatsDelivery``: one durable pull consumer per partition.
+
+A delivery's ``attempt`` is the server's ``num_delivered`` less the deliveries that
+subscriptions closed on purpose gave back (``core.retry.Excusals``, kept in
+``_excusals``). A closing subscription excuses the positions from the lowest it fetched
+(or, when it fetched nothing lower, the first the consumer delivered after it opened) to
+the highest the consumer has delivered by then: that also covers what the server sent to
+it that no fetch returned.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +24,13 @@ from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from adapters.nats._codec import decode
 from adapters.nats._dead_letter import DeadLetters
+from adapters.nats._excusals import ExcusalRecords
 from adapters.nats._subjects import Subjects
 from core.errors import BrokerUnavailableError, PositionGoneError
 from core.messages import Envelope
 from core.model import Partition
 from core.ports import Delivery
-from core.retry import DeadLetterReason
+from core.retry import DeadLetterReason, Excusals
 
 __all__ = ["GroupFlush", "NatsDelivery", "NatsSubscription"]
 
@@ -182,6 +191,9 @@ class NatsSubscription:
         dead: DeadLetters,
         stream: str,
         log_id: str,
+        excusals: Excusals,
+        records: ExcusalRecords,
+        delivered_before: int,
         request_timeout: float,
         ack_wait: float,
         flusher: GroupFlush,
@@ -199,6 +211,11 @@ class NatsSubscription:
         self._timeout = request_timeout
         self._on_close = on_close
         self._flusher = flusher
+        self._excusals = excusals  # as the consumer's last close left them
+        self._records = records
+        # The stream sequences this subscription is answerable for start at the lowest it
+        # fetched, or past the consumer's highest delivered when it opened.
+        self._lowest = delivered_before + 1
         self._closed = False
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
@@ -294,11 +311,13 @@ class NatsSubscription:
             fallback_id=f"{self._stream}:{md.sequence.stream}",
             fallback_time=md.timestamp.timestamp(),
         )
+        position = md.sequence.stream
+        self._lowest = min(self._lowest, position)
         return NatsDelivery(
             msg,
             envelope=envelope,
-            attempt=md.num_delivered,
-            position=md.sequence.stream,
+            attempt=self._excusals.attempt(md.num_delivered, position),
+            position=position,
             nc=self._nc,
             dead=self._dead,
             timeout=self._timeout,
@@ -322,17 +341,37 @@ class NatsSubscription:
         """Unsubscribe, and nak what the server sent that no fetch returned (the tail of
         the last pull request): the next owner gets it at once instead of after ack_wait.
         Unsettled deliveries may still be settled; the server redelivers the others after
-        ack_wait to whoever fetches next. Idempotent."""
+        ack_wait to whoever fetches next, and their attempt does not count this delivery
+        (the close excuses it; when the server does not answer, it counts). Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._on_close(self)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
-            try:
-                await self._psub.unsubscribe()
-                await self._nak_unfetched()
-            except nats.errors.Error as exc:  # connection already closed: nothing to undo
-                log.debug("unsubscribe of partition %d: %r", self.partition, exc)
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self._timeout):
+                try:
+                    await self._psub.unsubscribe()
+                    await self._nak_unfetched()
+                except nats.errors.Error as exc:  # connection already closed: nothing to undo
+                    log.debug("unsubscribe of partition %d: %r", self.partition, exc)
+            await self._excuse()
+
+    async def _excuse(self) -> None:
+        """Add what this subscription gives back to the consumer's excusal record."""
+        try:
+            with anyio.fail_after(2 * self._timeout):
+                info = await self._psub.consumer_info()
+                floor = (info.ack_floor.stream_seq if info.ack_floor is not None else 0) + 1
+                delivered = info.delivered.stream_seq if info.delivered is not None else 0
+                span = (max(self._lowest, floor), delivered)
+                await self._records.add(info.name, self.log_id, span, floor)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.info(
+                "partition %d closed without excusing its deliveries (they count toward "
+                "max deliveries): %r",
+                self.partition,
+                exc,
+            )
 
     async def _nak_unfetched(self) -> None:
         # nats-py keeps messages that arrived after a fetch returned in the subscription's

@@ -23,6 +23,7 @@ from adapters._nats_durability import check_server_fsync, check_stream
 from adapters._nats_settings import NatsSettings
 from adapters.nats._codec import encode
 from adapters.nats._dead_letter import DeadLetters
+from adapters.nats._excusals import ExcusalRecords
 from adapters.nats._subjects import Subjects
 from adapters.nats._subscription import GroupFlush, NatsSubscription
 from adapters.nats._trim import ConsumerFloor, partition_floors
@@ -81,6 +82,7 @@ class NatsTransport(Lifecycle):
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._dead: DeadLetters | None = None
+        self._excusals: ExcusalRecords | None = None
         self._flusher: GroupFlush | None = None
         self._subscriptions: set[NatsSubscription] = set()
         self._closing = False
@@ -111,6 +113,8 @@ class NatsTransport(Lifecycle):
         )
         await self._ensure_stream(self._stream_config())
         await self._ensure_stream(self._dead.stream_config())
+        self._excusals = ExcusalRecords(self._js, s)
+        await self._excusals.ensure()
 
     async def _disconnect(self) -> None:
         """Stop listening, flush what is buffered (bounded by ``close_timeout``), close.
@@ -121,6 +125,7 @@ class NatsTransport(Lifecycle):
         """
         nc = self._nc
         self._nc, self._js, self._dead, self._flusher = None, None, None, None
+        self._excusals = None
         if nc is None or nc.is_closed:
             return
         self._closing = True
@@ -269,9 +274,13 @@ class NatsTransport(Lifecycle):
             max_deliver=-1,  # unbounded: the consumer applies the retry budget (core.retry)
             max_ack_pending=s.max_ack_pending,
         )
-        await js.add_consumer(s.stream, config, timeout=s.request_timeout)
+        consumer = await js.add_consumer(s.stream, config, timeout=s.request_timeout)
         stream = await js.stream_info(s.stream)
         created = stream.created.isoformat() if stream.created is not None else "unknown"
+        log_id = self._log_id(created)
+        assert self._excusals is not None
+        with anyio.fail_after(s.request_timeout):
+            excusals = await self._excusals.read(name, log_id)
         psub = await js.pull_subscribe_bind(consumer=name, stream=s.stream)
         assert self._nc is not None and self._dead is not None and self._flusher is not None
         log.debug("partition %d opened by %s", partition, consumer_id)
@@ -283,7 +292,10 @@ class NatsTransport(Lifecycle):
             subjects=self.subjects,
             dead=self._dead,
             stream=s.stream,
-            log_id=self._log_id(created),
+            log_id=log_id,
+            excusals=excusals,
+            records=self._excusals,
+            delivered_before=consumer.delivered.stream_seq if consumer.delivered else 0,
             request_timeout=s.request_timeout,
             ack_wait=s.ack_wait,
             flusher=self._flusher,

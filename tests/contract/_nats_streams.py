@@ -11,10 +11,11 @@ from adapters.nats import NatsSettings
 
 
 async def delete_streams(settings: NatsSettings) -> None:
-    """Delete the settings' data and dead-letter streams (those that exist)."""
+    """Delete the settings' data, dead-letter and excusal streams (those that exist)."""
     nc = await nats.connect(settings.url)
     try:
-        for stream in (settings.stream, settings.dead_letter_stream):
+        excusals = f"KV_{settings.stream}_EXCUSALS"
+        for stream in (settings.stream, settings.dead_letter_stream, excusals):
             with contextlib.suppress(NotFoundError):
                 await nc.jetstream().delete_stream(stream)
     finally:

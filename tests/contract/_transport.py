@@ -35,6 +35,7 @@ from tests._unavailable import not_applicable
 
 ACK_WAIT = 1.0
 REDELIVERIES = 3  # deliveries a test lets expire in a row
+REBALANCES = 20  # subscriptions closed in a row with a message unsettled
 LIMIT = 15.0  # seconds any single check may take
 STORE_GAP = 0.05  # seconds between publishes whose store times a test compares
 
@@ -371,9 +372,32 @@ class TransportContract:
         new = await transport.open(4, "h2")
         again = await fetch_n(new, 2, limit=ACK_WAIT + 10)
         assert {d.envelope for d in again} == set(sent[1:])
-        assert all(d.attempt == 2 for d in again)
+        assert all(d.attempt == 1 for d in again), "a close excuses what it gives back"
         await new.ack(again)
         await fetch_none(new, 0.3)
+
+    async def test_closes_spend_no_attempt_while_a_dropped_subscription_spends_one(
+        self, transport: ClosableTransport
+    ) -> None:
+        """A subscription closed on purpose (a handoff, a lost lease) excuses what it gives
+        back: after ``REBALANCES`` closes in a row the message still comes with attempt 1.
+        One dropped without a close (its process was killed) excuses nothing."""
+        e = envelope(14)
+        await transport.publish([e])
+        for i in range(REBALANCES):
+            sub = await transport.open(14, f"h{i}")
+            (d,) = await fetch_n(sub, 1, limit=ACK_WAIT + LIMIT)
+            assert (d.envelope, d.attempt) == (e, 1), f"after {i} closes"
+            await sub.close()
+        crashed = await transport.open(14, "crashed")
+        (d,) = await fetch_n(crashed, 1, limit=ACK_WAIT + LIMIT)
+        assert (d.envelope, d.attempt) == (e, 1)
+        survivor = await transport.open(14, "survivor")  # ``crashed`` is never closed
+        (d,) = await fetch_n(survivor, 1, limit=ACK_WAIT + LIMIT)
+        assert (d.envelope, d.attempt) == (e, 2)
+        await survivor.ack([d])
+        assert await transport.backlog(14) == 0
+        await survivor.close()
 
     async def test_a_superseded_subscription_cannot_undo_its_successors_acks(
         self, transport: ClosableTransport

@@ -184,7 +184,7 @@ async def test_a_message_back_after_max_deliver_deliveries_is_dead_lettered_and_
     with anyio.fail_after(LIMIT + MAX_DELIVER * ACK_WAIT):
         while len(attempts) < MAX_DELIVER:
             attempts.extend(d.attempt for d in await crashed.fetch(1, ACK_WAIT))
-    await crashed.close()
+    # never closed: a crash gives nothing back knowingly, so its deliveries count
     assert attempts == list(range(1, MAX_DELIVER + 1))
     assert world.transport.dead_letters == 0, "the transport itself never gives up"
     ids = await world.publish(40)
@@ -272,3 +272,30 @@ async def test_a_partition_that_fails_to_open_does_not_stop_the_others(
     rows = await world.until_landed(broken_ids)  # it recovered after its backoff
     _once(rows, healthy | broken_ids)
     assert refusals == 3
+
+
+async def test_a_message_whose_partition_is_dropped_20_times_unlanded_is_not_dead_lettered(
+    tmp_path: Path,
+) -> None:
+    """Shoal's own redeliveries spend no attempt: the partition's handler loses its lease
+    20 times in a row while the sink fails, each time holding the message unlanded (the
+    subscription is closed on purpose and excuses it). Then the sink heals and the
+    message lands; nothing was dead-lettered although it was delivered 21 times."""
+    healed = False
+    async with world_of(tmp_path, partitions=PARTITIONS, ack_wait=0.5) as world:
+        sink = FailingSink(world.parquet(), lambda: not healed)
+        await start(world, "h1", sink)
+        ids = await world.publish(1)
+        delivered = world.metrics["h1"].delivered
+        for drops in range(20):
+            with anyio.fail_after(LIMIT):
+                # The handler's delivery count is the point of truth; it offers no event.
+                while delivered._value.get() <= drops or sink.failures <= drops:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            world.state.expire("h1")  # the lease drops; the process lives on and rejoins
+        healed = True
+        rows = await world.until_landed(ids, within=LIMIT)
+        _once(rows, ids)
+        assert delivered._value.get() > MAX_DELIVER * 5
+        assert world.transport.dead_letters == 0
+        assert world.metrics["h1"].dead_lettered._value.get() == 0
