@@ -2,6 +2,7 @@
 
     python -m tests.bench.pipeline [--messages N] [--quick] [--transports nats,kafka]
                                    [--modes durable,relaxed] [--no-rebalance] [--json FILE]
+                                   [--baseline REV]
 
 For every transport and mode it runs, on the same fresh servers:
 
@@ -15,6 +16,14 @@ For every transport and mode it runs, on the same fresh servers:
   process (per-message async publish / send), two consumer processes (one pull consumer per
   partition, fetch + ack / getmany + commit), 128 partitions; timed from the producer's
   first publish to the last consumer's last ack.
+
+Beside messages per second, each pipeline's **CPU cost**: the CPU seconds every process
+of it used (its servers included: the broker, and etcd for shoal) per 100,000 messages,
+read from ``/proc`` (shoal's processes and the servers) and from the plain clients' own
+``time.process_time`` between the load's start and the last message landed. Unlike a rate
+it holds across machines of other speeds. ``--baseline REV``: shoal's services of another
+commit (a git worktree of REV, removed after) run the same figures on the same servers in
+the same run, so a change's effect is measured at one time on one machine.
 
 Modes: durable (nats-server ``sync_interval: always``, shoal up's default; Kafka
 ``log.flush.interval.messages=1``) and relaxed (both servers' default sync). Then, on NATS
@@ -56,7 +65,7 @@ from rich.table import Table
 from adapters.s3 import S3Location, S3Settings
 from adapters.s3.client import s3_client
 from infra.local.kafka import start_kafka
-from infra.local.servers import RunningMinio, start_etcd, start_minio, start_nats
+from infra.local.servers import RunningMinio, RunningServer, start_etcd, start_minio, start_nats
 from services.cli.devices import LoadGenerator, LoadPlan
 from services.common.settings import HandlerSettings
 from services.common.table import landed_table
@@ -106,10 +115,23 @@ class Throughput:
     latency_p50: float
     latency_p99: float
     memory: dict[str, Memory] = field(default_factory=dict)
+    shoal_cpu: float = 0.0  # CPU seconds per 100,000 messages, every process and server
+    raw_cpu: float = 0.0
+    baseline: Baseline | None = None
 
     @property
     def ratio(self) -> float:
         return self.shoal_rate / self.raw_rate if self.raw_rate else 0.0
+
+
+@dataclass
+class Baseline:
+    """The same figure from another commit's services (``--baseline``)."""
+
+    rev: str
+    shoal_rate: float
+    shoal_cpu: float
+    memory: dict[str, Memory] = field(default_factory=dict)
 
 
 @dataclass
@@ -244,6 +266,19 @@ def memory_of(pid: int) -> Memory:
     return Memory(found["VmRSS"], found["VmHWM"])
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user and system, all threads) ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
+
+
+def cpu_per_100k(seconds: float, messages: int) -> float:
+    return seconds * 100_000 / messages if messages else 0.0
+
+
 # -- servers -----------------------------------------------------------------------------
 
 
@@ -252,23 +287,32 @@ class Servers:
     etcd: str
     nats: str | None = None
     kafka: str | None = None
+    pids: dict[str, int] = field(default_factory=dict)  # server -> pid, etcd's included
+
+    def broker_pid(self, transport: str) -> int:
+        return self.pids[transport]
 
 
 @contextmanager
-def servers_for(mode: str, transports: list[str], etcd: str) -> Iterator[Servers]:
+def servers_for(mode: str, transports: list[str], etcd: RunningServer) -> Iterator[Servers]:
     durable = mode == "durable"
     started: list[Any] = []
     try:
-        found = Servers(etcd=etcd)
+        assert etcd.pid is not None
+        found = Servers(etcd=etcd.endpoint, pids={"etcd": etcd.pid})
         if "nats" in transports:
             nats = start_nats(sync_always=durable)
             started.append(nats)
             found.nats = nats.url
+            assert nats.pid is not None
+            found.pids["nats"] = nats.pid
         if "kafka" in transports:
             config = {"log.flush.interval.messages": "1"} if durable else {}
             kafka = start_kafka(config=config, heap=("512m", "1g"))
             started.append(kafka)
             found.kafka = kafka.endpoint
+            assert kafka.pid is not None
+            found.pids["kafka"] = kafka.pid
         yield found
     finally:
         for server in reversed(started):
@@ -329,8 +373,9 @@ def _expect(proc: subprocess.Popen[str], word: str) -> str:
     raise RuntimeError(f"{proc.args!r} exited ({proc.wait()}) before printing {word!r}")
 
 
-def raw_rate(transport: str, servers: Servers, messages: int) -> float:
-    """Messages per second of the plain-client pipeline (blocking: run in a thread)."""
+def raw_rate(transport: str, servers: Servers, messages: int) -> tuple[float, float]:
+    """Messages per second of the plain-client pipeline and the CPU seconds it used, its
+    broker's included (blocking: run in a thread)."""
     name = f"RAW{os.getpid()}{time.monotonic_ns() % 1_000_000}"
     where = servers.nats if transport == "nats" else servers.kafka
     assert where is not None
@@ -356,8 +401,9 @@ def raw_rate(transport: str, servers: Servers, messages: int) -> float:
             )
             for first, last in ((0, half - 1), (half, PARTITIONS - 1))
         ]
-        for consumer in consumers:
-            _expect(consumer, "ready")
+        cpu = -sum(float(_expect(consumer, "ready")) for consumer in consumers)
+        broker = servers.broker_pid(transport)
+        cpu -= cpu_of(broker)
         producer = spawn(
             "produce",
             where,
@@ -366,10 +412,14 @@ def raw_rate(transport: str, servers: Servers, messages: int) -> float:
             str(messages),
             str(MESSAGE_BYTES),
         )
-        started = float(_expect(producer, "started"))
-        finished = max(float(_expect(c, "done")) for c in consumers)
+        started, producer_cpu = map(float, _expect(producer, "started").split())
+        finished = 0.0
+        for consumer in consumers:
+            done, consumer_cpu = map(float, _expect(consumer, "done").split())
+            finished, cpu = max(finished, done), cpu + consumer_cpu
+        cpu += cpu_of(broker) + float(_expect(producer, "finished")) - producer_cpu
         producer.wait(60)
-        return messages / (finished - started)
+        return messages / (finished - started), cpu
     finally:
         for proc in spawned:
             if proc.poll() is None:
@@ -387,6 +437,7 @@ async def start_cluster(
     work: Path,
     landing: Landing | None = None,
     handlers: tuple[str, ...] = HANDLERS,
+    repo: Path = REPO,
 ) -> Cluster:
     cluster = Cluster(
         backend_env=env,
@@ -395,6 +446,7 @@ async def start_cluster(
         env=landing.env if landing else None,
         landing=landing.zone if landing else None,
         s3=landing.s3 if landing else None,
+        repo=repo,
     )
     await cluster.__aenter__()
     try:
@@ -423,14 +475,32 @@ def plan(messages: int | None, rate: float | None = None) -> LoadPlan:
     )
 
 
+@dataclass
+class ShoalRun:
+    rate: float  # messages per second, end to end
+    accepted_rate: float  # by the gateway
+    cpu: float  # CPU seconds of every process and server, from the load's start to the end
+    zone: Zone
+    memory: dict[str, Memory]
+
+
 async def shoal_throughput(
-    transport: str, servers: Servers, messages: int, work: Path, landing: Landing | None = None
-) -> tuple[float, float, Zone, dict[str, Memory]]:
-    """Messages per second end to end and accepted by the gateway, the landed files, and
-    every process's memory once everything landed (on S3 with ``landing``)."""
-    cluster = await start_cluster(backend_env(transport, servers), work, landing)
+    transport: str,
+    servers: Servers,
+    messages: int,
+    work: Path,
+    landing: Landing | None = None,
+    repo: Path = REPO,
+) -> ShoalRun:
+    """Messages per second end to end and accepted by the gateway, the CPU every process
+    used, the landed files, and every process's memory once everything landed (on S3 with
+    ``landing``); shoal's services from the checkout ``repo``."""
+    cluster = await start_cluster(backend_env(transport, servers), work, landing, repo=repo)
     try:
         gateway = cluster.process("gateway")
+        pids = [proc.pid for proc in cluster.processes.values()]
+        pids += [servers.pids["etcd"], servers.broker_pid(transport)]
+        cpu = -sum(cpu_of(pid) for pid in pids)
         started = time.time()
         summary = await LoadGenerator(gateway.url, plan(messages)).run()
         accepted = time.time()
@@ -444,9 +514,12 @@ async def shoal_throughput(
                 f"{transport}: {len(zone.ids)} of {messages} messages landed; logs in "
                 f"{cluster.log_dir}\n{cluster.dump_logs(20)}"
             ) from None
+        cpu += sum(cpu_of(pid) for pid in pids)
         finished = max(mtime for _, mtime in zone.files.values())
         memory = {name: memory_of(proc.pid) for name, proc in cluster.processes.items()}
-        return messages / (finished - started), messages / (accepted - started), zone, memory
+        return ShoalRun(
+            messages / (finished - started), messages / (accepted - started), cpu, zone, memory
+        )
     finally:
         await cluster.__aexit__(None, None, None)
 
@@ -463,33 +536,47 @@ def landing_on(minio: RunningMinio) -> Landing:
     return Landing("s3://bench/zone", minio.s3_env(), settings)
 
 
-async def s3_run(servers: Servers, messages: int, work: Path, raw: float) -> Throughput:
+def throughput(
+    transport: str,
+    mode: str,
+    messages: int,
+    shoal: ShoalRun,
+    raw: tuple[float, float],
+    baseline: Baseline | None = None,
+) -> Throughput:
+    median, p10 = file_rows(shoal.zone.files)
+    p50, p99 = shoal.zone.latencies(shoal.zone.files)
+    return Throughput(
+        transport,
+        mode,
+        messages,
+        shoal.rate,
+        shoal.accepted_rate,
+        raw[0],
+        median,
+        p10,
+        len(shoal.zone.files),
+        shoal.zone.duplicates,
+        p50,
+        p99,
+        shoal.memory,
+        shoal_cpu=cpu_per_100k(shoal.cpu, messages),
+        raw_cpu=cpu_per_100k(raw[1], messages),
+        baseline=baseline,
+    )
+
+
+async def s3_run(
+    servers: Servers, messages: int, work: Path, raw: tuple[float, float]
+) -> Throughput:
     """NATS durable with the handlers landing on a local MinIO instead of the disk."""
     minio = await anyio.to_thread.run_sync(start_minio)
     try:
         landing = await anyio.to_thread.run_sync(landing_on, minio)
-        rate, accepted, zone, memory = await shoal_throughput(
-            "nats", servers, messages, work / "nats-durable-s3", landing
-        )
+        shoal = await shoal_throughput("nats", servers, messages, work / "nats-durable-s3", landing)
     finally:
         await anyio.to_thread.run_sync(minio.stop)
-    median, p10 = file_rows(zone.files)
-    p50, p99 = zone.latencies(zone.files)
-    return Throughput(
-        "nats",
-        "durable, on S3",
-        messages,
-        rate,
-        accepted,
-        raw,
-        median,
-        p10,
-        len(zone.files),
-        zone.duplicates,
-        p50,
-        p99,
-        memory,
-    )
+    return throughput("nats", "durable, on S3", messages, shoal, raw)
 
 
 async def steady_and_rebalance(
@@ -600,6 +687,18 @@ def report(
             _verdict(run.ratio, want, stretch),
         )
         row(
+            f"{label}: CPU s per 100k messages, shoal / plain",
+            f"{run.shoal_cpu:.1f} / {run.raw_cpu:.1f} "
+            f"({run.shoal_cpu / run.raw_cpu if run.raw_cpu else 0:.2f} x the plain cost)",
+        )
+        if run.baseline is not None:
+            base = run.baseline
+            row(
+                f"{label}: baseline {base.rev}: msgs/s, CPU s per 100k",
+                f"{base.shoal_rate:,.0f} (now {run.shoal_rate / base.shoal_rate:.2f} x), "
+                f"{base.shoal_cpu:.1f} (now {run.shoal_cpu / base.shoal_cpu:.2f} x)",
+            )
+        row(
             f"{label}: rows per file (median, p10)",
             f"{run.median_file_rows:,.0f}, {run.p10_file_rows:,.0f} "
             f"({run.files} files, {run.duplicates} duplicate rows)",
@@ -661,6 +760,21 @@ def report(
     console.print(table)
 
 
+def checkout(rev: str, where: Path) -> Path:
+    """A detached git worktree of ``rev`` at ``where`` (the caller removes it); exits with
+    git's message when ``rev`` names no commit."""
+    done = subprocess.run(
+        ["git", "worktree", "add", "--detach", str(where), rev],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"error: --baseline {rev}: {done.stderr.strip()}")
+    return where
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     console = Console(highlight=False, width=150)
     transports = [t for t in args.transports.split(",") if t]
@@ -668,40 +782,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[Throughput] = []
     steady = rebalance = None
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
+    baseline_repo = checkout(args.baseline, work / "baseline") if args.baseline else None
     etcd = start_etcd()
     failed = True
     try:
         for mode in modes:
-            with servers_for(mode, transports, etcd.endpoint) as servers:
+            with servers_for(mode, transports, etcd) as servers:
                 for transport in transports:
                     console.print(f"[bold]{transport} {mode}[/]: plain client ...")
                     raw = await anyio.to_thread.run_sync(
                         raw_rate, transport, servers, args.messages
                     )
-                    console.print(f"  {raw:,.0f} msgs/s; shoal ...")
-                    rate, accepted, zone, memory = await shoal_throughput(
+                    console.print(f"  {raw[0]:,.0f} msgs/s, {raw[1]:.1f} CPU s; shoal ...")
+                    shoal = await shoal_throughput(
                         transport, servers, args.messages, work / f"{transport}-{mode}"
                     )
-                    median, p10 = file_rows(zone.files)
-                    p50, p99 = zone.latencies(zone.files)
-                    runs.append(
-                        Throughput(
-                            transport,
-                            mode,
-                            args.messages,
-                            rate,
-                            accepted,
-                            raw,
-                            median,
-                            p10,
-                            len(zone.files),
-                            zone.duplicates,
-                            p50,
-                            p99,
-                            memory,
-                        )
+                    console.print(
+                        f"  {shoal.rate:,.0f} msgs/s ({shoal.rate / raw[0]:.2f} x), "
+                        f"{shoal.cpu:.1f} CPU s"
                     )
-                    console.print(f"  {rate:,.0f} msgs/s ({rate / raw:.2f} x)")
+                    baseline = None
+                    if baseline_repo is not None:
+                        console.print(f"  baseline {args.baseline} ...")
+                        before = await shoal_throughput(
+                            transport,
+                            servers,
+                            args.messages,
+                            work / f"{transport}-{mode}-baseline",
+                            repo=baseline_repo,
+                        )
+                        baseline = Baseline(
+                            args.baseline,
+                            before.rate,
+                            cpu_per_100k(before.cpu, args.messages),
+                            before.memory,
+                        )
+                        console.print(f"  {before.rate:,.0f} msgs/s, {before.cpu:.1f} CPU s")
+                    runs.append(throughput(transport, mode, args.messages, shoal, raw, baseline))
                     if args.s3 and transport == "nats" and mode == "durable":
                         console.print("[bold]nats durable, landing on S3 (MinIO)[/] ...")
                         runs.append(await s3_run(servers, args.messages, work, raw))
@@ -715,6 +832,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         failed = False
     finally:
         etcd.stop()
+        if baseline_repo is not None:
+            await anyio.run_process(
+                ["git", "worktree", "remove", "--force", str(baseline_repo)], cwd=REPO, check=False
+            )
         if failed or args.keep:
             console.print(f"the run's data and logs: {work}")
         else:
@@ -739,6 +860,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the landed files and logs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run shoal's services of commit REV (a git worktree) on the same servers",
+    )
     args = parser.parse_args(argv)
     if args.messages is None:
         args.messages = 20_000 if args.quick else 100_000

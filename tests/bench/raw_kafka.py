@@ -10,8 +10,9 @@ batching) sends message ``i`` to partition ``i % PARTITIONS`` with a per-message
 (at most 4,000 unanswered); a consumer ``assign()``s partitions FIRST..LAST and runs
 ``getmany`` + ``commit`` until it has seen GOAL messages (from the end of each partition
 as it was when the consumer started: the setup's probe writes do not count). A consumer
-prints ``ready`` once assigned and ``done <unix time>`` after its last commit; the
-producer prints ``started <unix time>`` before its first send.
+prints ``ready <cpu>`` once assigned and ``done <unix time> <cpu>`` after its last commit;
+the producer prints ``started <unix time> <cpu>`` before its first send and ``finished
+<cpu>`` after its last confirmation (``cpu``: the process's CPU seconds so far).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ async def consume(servers: str, topic: str, first: int, last: int, goal: int) ->
     consumer.assign(assigned)
     for tp in assigned:
         await consumer.position(tp)  # resolve "latest" now, before the producer starts
-    say("ready")
+    say(f"ready {time.process_time()}")
     left = goal
     while left > 0:
         batch = await consumer.getmany(timeout_ms=1000, max_records=MAX_RECORDS)
@@ -103,7 +104,7 @@ async def consume(servers: str, topic: str, first: int, last: int, goal: int) ->
         if got:
             await consumer.commit()
             left -= got
-    say(f"done {time.time()}")
+    say(f"done {time.time()} {time.process_time()}")
     await consumer.stop()
 
 
@@ -111,7 +112,7 @@ async def produce(servers: str, topic: str, partitions: int, messages: int, size
     producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all")
     await producer.start()
     payload = b"x" * size
-    say(f"started {time.time()}")
+    say(f"started {time.time()} {time.process_time()}")
     window: list[asyncio.Future[Any]] = []
     for i in range(messages):
         window.append(await producer.send(topic, payload, partition=i % partitions))
@@ -119,6 +120,7 @@ async def produce(servers: str, topic: str, partitions: int, messages: int, size
             await asyncio.gather(*window)
             window.clear()
     await asyncio.gather(*window)
+    say(f"finished {time.process_time()}")
     await producer.stop()
 
 

@@ -9,9 +9,10 @@ A file-storage stream over PARTITIONS subjects ``<stream>.p<n>``, one durable pu
 per subject. The producer publishes message ``i`` to subject ``i % PARTITIONS`` with a
 per-message ``js.publish_async`` (at most 4,000 unanswered); a consumer of subjects
 FIRST..LAST runs one ``fetch(256)`` loop per consumer and ``msg.ack()``s each message
-until it has seen GOAL messages. A consumer prints ``ready`` once bound and
-``done <unix time>`` after its last ack is flushed; the producer prints
-``started <unix time>`` before its first publish.
+until it has seen GOAL messages. A consumer prints ``ready <cpu>`` once bound and
+``done <unix time> <cpu>`` after its last ack is flushed; the producer prints
+``started <unix time> <cpu>`` before its first publish and ``finished <cpu>`` after its
+last confirmation (``cpu``: the process's CPU seconds so far, ``time.process_time``).
 """
 
 from __future__ import annotations
@@ -83,10 +84,10 @@ async def consume(url: str, stream: str, first: int, last: int, goal: int) -> No
                 await nc.flush()
                 done.set()
 
-    say("ready")
+    say(f"ready {time.process_time()}")
     tasks = [asyncio.create_task(drain(s)) for s in subs]
     await done.wait()
-    say(f"done {time.time()}")
+    say(f"done {time.time()} {time.process_time()}")
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -97,7 +98,7 @@ async def produce(url: str, stream: str, partitions: int, messages: int, size: i
     nc = await nats.connect(url)
     js = nc.jetstream()
     payload = b"x" * size
-    say(f"started {time.time()}")
+    say(f"started {time.time()} {time.process_time()}")
     window: list[asyncio.Future[Any]] = []
     for i in range(messages):
         window.append(await js.publish_async(subject(stream, i % partitions), payload))
@@ -105,6 +106,7 @@ async def produce(url: str, stream: str, partitions: int, messages: int, size: i
             await asyncio.gather(*window)
             window.clear()
     await asyncio.gather(*window)
+    say(f"finished {time.process_time()}")
     await nc.close()
 
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from infra.local.servers import start_etcd
-from tests.bench.pipeline import raw_rate, servers_for, shoal_throughput
+from tests.bench.pipeline import cpu_per_100k, raw_rate, servers_for, shoal_throughput
 
 MESSAGES = 50_000
 FLOOR = 1.0  # shoal / plain, durable; the target is 2.0 (see docs/benchmarks.md)
@@ -22,15 +22,17 @@ FLOOR = 1.0  # shoal / plain, durable; the target is 2.0 (see docs/benchmarks.md
 async def test_durable_end_to_end_is_at_least_the_plain_nats_pipeline(tmp_path: Path) -> None:
     etcd = start_etcd()
     try:
-        with servers_for("durable", ["nats"], etcd.endpoint) as servers:
-            raw = await anyio.to_thread.run_sync(raw_rate, "nats", servers, MESSAGES)
-            shoal, accepted, zone, _ = await shoal_throughput("nats", servers, MESSAGES, tmp_path)
+        with servers_for("durable", ["nats"], etcd) as servers:
+            raw, raw_cpu = await anyio.to_thread.run_sync(raw_rate, "nats", servers, MESSAGES)
+            shoal = await shoal_throughput("nats", servers, MESSAGES, tmp_path)
     finally:
         etcd.stop()
-    ratio = shoal / raw
+    ratio = shoal.rate / raw
     print(
-        f"\nBENCH gate: nats durable, {MESSAGES} messages: shoal {shoal:,.0f} msgs/s, "
-        f"plain {raw:,.0f} msgs/s, {ratio:.2f} x; the gateway accepted {accepted:,.0f} msgs/s; "
-        f"{len(zone.files)} files, {zone.duplicates} duplicate rows"
+        f"\nBENCH gate: nats durable, {MESSAGES} messages: shoal {shoal.rate:,.0f} msgs/s, "
+        f"plain {raw:,.0f} msgs/s, {ratio:.2f} x; the gateway accepted "
+        f"{shoal.accepted_rate:,.0f} msgs/s; CPU s per 100k messages: shoal "
+        f"{cpu_per_100k(shoal.cpu, MESSAGES):.1f}, plain {cpu_per_100k(raw_cpu, MESSAGES):.1f}; "
+        f"{len(shoal.zone.files)} files, {shoal.zone.duplicates} duplicate rows"
     )
     assert ratio >= FLOOR, f"shoal end to end is {ratio:.2f} x the plain pipeline (< {FLOOR})"

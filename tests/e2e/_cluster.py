@@ -211,11 +211,14 @@ class Cluster:
         env: Mapping[str, str] | None = None,
         landing: str | None = None,
         s3: S3Settings | None = None,
+        repo: Path = REPO_ROOT,
     ) -> None:
         """``landing``: the handlers' landing zone when not ``work_dir/data`` (an
         ``s3://bucket/prefix``; ``env`` then carries the SHOAL_S3_* settings for the
         processes, ``s3`` the same for this one). The gateway's ledger stays in
-        ``data_dir/_ledger``."""
+        ``data_dir/_ledger``. ``repo``: the checkout whose services run (the benchmark's
+        baseline runs another one's)."""
+        self.repo = repo
         suffix = uuid.uuid4().hex[:10]
         self.suffix = suffix
         self.group = f"e2e-{suffix}"
@@ -287,7 +290,7 @@ class Cluster:
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", f"services.{role}"],
-                cwd=REPO_ROOT,
+                cwd=self.repo,
                 env={
                     **self._env,
                     "SHOAL_NATS_NAME": f"e2e-{name}",
@@ -568,7 +571,7 @@ class Cluster:
         stack to fall back on), as an operator would run it."""
         done = await anyio.run_process(
             [sys.executable, "-m", "services.cli.main", *args],
-            cwd=REPO_ROOT,
+            cwd=self.repo,
             env={**self._env, "SHOAL_STATE_DIR": str(self.work_dir / "state")},
             check=False,
         )
