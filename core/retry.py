@@ -66,6 +66,8 @@ class Excusals:
         """The attempt the retry budget counts for the ``delivered``-th delivery of
         ``position``: the deliveries less those excused, and never below 1 (a span that
         excused a delivery that did not happen cannot make a delivery free)."""
+        if delivered <= 1 or not self.spans:  # nothing to take off: the usual case, per message
+            return max(1, delivered)
         return max(1, delivered - self.excused(position))
 
     def excusing(self, low: int, high: int) -> Excusals:
