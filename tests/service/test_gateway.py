@@ -527,7 +527,7 @@ async def _fuzz_once(
         assert stored == [] and ledger.entries == []
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     body=_bodies,
     content_type=st.sampled_from(
