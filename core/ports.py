@@ -260,7 +260,9 @@ class Delivery(Protocol):
     def position(self) -> int:
         """The message's place in its partition's log (NATS stream sequence, Kafka
         offset): the same on every redelivery, higher for a later publish to the same
-        partition. The landed table settles messages by it."""
+        partition. Messages published together may be stored as one pack
+        (``core.packing``) and then share a position; the landed table settles each
+        message at its position by its id."""
         ...
 
     async def dead_letter(self, reason: DeadLetterReason) -> None:
@@ -296,7 +298,9 @@ class Subscription(Protocol):
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Ack every one of ``deliveries`` (fetched from this subscription) in bulk: one
         round trip to the broker, not one per message. Deliveries already settled, or
-        expired and redelivered since, are skipped. Raises ``BrokerUnavailableError`` (a
+        expired and redelivered since, are skipped. The parts of a pack are acked at the
+        broker once every part is settled: an acked part whose pack is not may be
+        delivered again (the landed table settles it). Raises ``BrokerUnavailableError`` (a
         ``TimeoutError``) when the broker did not confirm in time: then some may come back
         (at-least-once, never lost); ``FencedError`` when a newer ``open()`` of the
         partition superseded this subscription (nothing it settles undoes the newer one's
@@ -327,7 +331,9 @@ class Subscription(Protocol):
 class Transport(Protocol):
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         """Return once the broker has durably stored every envelope (keyed by ``message_id``,
-        so a retry is a no-op). Raises ``PublishError`` naming how many were not stored."""
+        so a retry with the same envelopes is a no-op). Envelopes that share a subject may
+        be stored as one pack (``core.packing``). Raises ``PublishError`` naming how many
+        were not stored."""
         ...
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
