@@ -9,7 +9,8 @@ and acks the broker message once every part is settled. Each part keeps its own 
 id, so the landed table settles parts one by one (``core.table`` keeps the message ids of
 each position) and a redelivered pack lands only what did not land.
 
-A pack is deterministic in its input: the same envelopes in the same order give the same
+Packs are runs of consecutive envelopes, so a partition's messages keep their publish
+order. A pack is deterministic in its input: the same envelopes in the same order give the same
 packs with the same ``pack_id``, so a re-published request is a duplicate the broker or
 the consumer drops, as a re-published message is.
 
@@ -66,29 +67,35 @@ def packed(
     max_bytes: int = MAX_PACK_BYTES,
     max_parts: int = MAX_PACK_PARTS,
 ) -> list[Sequence[Envelope]]:
-    """``envelopes`` grouped into packs: those sharing kind, partition, project and
-    gateway, in their order, cut when a pack would pass ``max_bytes`` of payload or
-    ``max_parts`` parts (a message larger than ``max_bytes`` is a pack of its own). A
-    pack of one is stored as a plain message. The packs come in the order of their first
-    envelope; within one partition, envelopes keep their order."""
+    """``envelopes`` cut into packs: runs of consecutive envelopes sharing kind,
+    partition, project and gateway, cut again where a pack would pass ``max_bytes`` of
+    payload or ``max_parts`` parts (a message larger than ``max_bytes`` is a pack of its
+    own). A pack of one is stored as a plain message. Concatenated, the packs are
+    ``envelopes`` in their order, each message id once (the broker keeps one message per
+    id: a repeat inside one publish is dropped here, as a repeat across publishes is by
+    the broker's duplicate window)."""
     if max_bytes < 1 or max_parts < 1:
         raise ValueError("max_bytes and max_parts must be at least 1")
-    open_packs: dict[_Shared, tuple[list[Envelope], int]] = {}
-    order: list[list[Envelope]] = []
+    packs: list[Sequence[Envelope]] = []
+    parts: list[Envelope] = []
+    key: _Shared | None = None
+    held = 0
+    seen: set[str] = set()
     for envelope in envelopes:
-        key = _shared(envelope)
+        if envelope.message_id in seen:
+            continue
+        seen.add(envelope.message_id)
         size = len(envelope.payload)
-        current = open_packs.get(key)
-        if current is not None:
-            parts, held = current
-            if len(parts) < max_parts and held + size <= max_bytes:
-                parts.append(envelope)
-                open_packs[key] = (parts, held + size)
-                continue
-        parts = [envelope]
-        order.append(parts)
-        open_packs[key] = (parts, size)
-    return list[Sequence[Envelope]](order)
+        shared = _shared(envelope)
+        if parts and (shared != key or len(parts) >= max_parts or held + size > max_bytes):
+            packs.append(parts)
+            parts, held = [], 0
+        parts.append(envelope)
+        key = shared
+        held += size
+    if parts:
+        packs.append(parts)
+    return packs
 
 
 def pack_id(parts: Sequence[Envelope]) -> str:
