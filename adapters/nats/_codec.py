@@ -15,30 +15,41 @@ One header rather than one per field: nats-py parses every header of every deliv
 message in Python, character by character (measured: with seven it was the handler's
 largest single cost). Messages stored by earlier versions, one ``Shoal-*`` header per field,
 still decode.
+
+A pack (``core.packing``: several envelopes of one publish sharing a subject) is one
+message with ``Shoal-Pack: 1``, the pack's id in ``Nats-Msg-Id`` and ``encode_pack``'s
+body; ``decode_all`` explodes it. A pack of one is a plain message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote, unquote
 
 from adapters.nats._subjects import ParsedSubject, Subjects
 from core.messages import Envelope, MessageKind, is_valid_project_id
 from core.model import Partition
+from core.packing import PackError, decode_pack, encode_pack, pack_id
 
 __all__ = [
     "H_DEAD_ATTEMPTS",
     "H_DEAD_REASON",
     "H_MSG_ID",
     "decode",
+    "decode_all",
     "encode",
+    "encode_packed",
     "envelope_headers",
     "headers_deduplicated_as",
 ]
 
+log = logging.getLogger("shoal.adapters.nats")
+
 H_MSG_ID = "Nats-Msg-Id"
 H_REPLAYED_ID = "Shoal-Msg-Id"
 H_ENVELOPE = "Shoal-Envelope"
+H_PACK = "Shoal-Pack"
 _ENVELOPE_VERSION = "v1"
 _KINDS = {kind.value: kind for kind in MessageKind}
 # The per-field headers of earlier versions (still decoded).
@@ -64,6 +75,20 @@ def encode(envelope: Envelope, subjects: Subjects) -> tuple[str, dict[str, str]]
     return subject, envelope_headers(envelope)
 
 
+def encode_packed(
+    parts: Sequence[Envelope], subjects: Subjects
+) -> tuple[str, dict[str, str], bytes]:
+    """The subject, headers and body of one stored message for ``parts`` (one pack of
+    ``core.packing.packed``; a plain message when it holds one envelope); raises
+    ``ValueError`` as ``encode`` does."""
+    subject, headers = encode(parts[0], subjects)
+    if len(parts) == 1:
+        return subject, headers, parts[0].payload
+    if not all(part.message_id for part in parts):
+        raise ValueError("message_id is empty")
+    return subject, {H_MSG_ID: quote(pack_id(parts), safe=""), H_PACK: "1"}, encode_pack(parts)
+
+
 def envelope_headers(envelope: Envelope) -> dict[str, str]:
     """The headers that carry ``envelope``'s fields (no validation)."""
     fields = (
@@ -85,6 +110,29 @@ def headers_deduplicated_as(envelope: Envelope, dedupe_id: str) -> dict[str, str
     headers[H_REPLAYED_ID] = headers[H_MSG_ID]
     headers[H_MSG_ID] = quote(dedupe_id, safe="")
     return headers
+
+
+def decode_all(
+    subject: str,
+    headers: Mapping[str, str] | None,
+    payload: bytes,
+    parsed: ParsedSubject | None,
+    *,
+    fallback_id: str,
+    fallback_time: float,
+) -> list[Envelope]:
+    """The envelopes of a stored message: a pack's parts, else the one ``decode`` reads.
+    Never raises: a broken pack is one foreign message (which the handler dead-letters)."""
+    if headers and H_PACK in headers:
+        try:
+            return decode_pack(payload)
+        except PackError as exc:
+            log.warning("a stored pack does not decode (%s): read as one message", exc)
+    return [
+        decode(
+            subject, headers, payload, parsed, fallback_id=fallback_id, fallback_time=fallback_time
+        )
+    ]
 
 
 def decode(

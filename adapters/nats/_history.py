@@ -29,7 +29,7 @@ from nats.aio.msg import Msg
 from nats.js import api as js_api
 from nats.js.errors import NotFoundError
 
-from adapters.nats._codec import decode
+from adapters.nats._codec import decode_all
 from adapters.nats._tool_client import NatsToolClient
 from core.errors import BrokerUnavailableError
 from core.model import Partition
@@ -168,9 +168,9 @@ class NatsHistory(NatsToolClient):
                         return
                     if place is Place.BEFORE:
                         continue
-                    stored = self._stored(msg, meta.sequence.stream, stored_at)
-                    if project_id in (None, stored.envelope.project_id):
-                        yield stored
+                    for stored in self._stored(msg, meta.sequence.stream, stored_at):
+                        if project_id in (None, stored.envelope.project_id):
+                            yield stored
         except nats.errors.Error as exc:
             raise BrokerUnavailableError(f"NATS: replay read failed: {exc!r}") from exc
         finally:
@@ -192,8 +192,9 @@ class NatsHistory(NatsToolClient):
             )
         return 0
 
-    def _stored(self, msg: Msg, sequence: int, stored_at: float) -> StoredMessage:
-        envelope = decode(
+    def _stored(self, msg: Msg, sequence: int, stored_at: float) -> list[StoredMessage]:
+        """The messages stored as ``msg``: a pack's parts share its sequence."""
+        envelopes = decode_all(
             msg.subject,
             msg.headers,
             msg.data,
@@ -201,4 +202,4 @@ class NatsHistory(NatsToolClient):
             fallback_id=f"{self.settings.stream}:{sequence}",
             fallback_time=stored_at,
         )
-        return StoredMessage(envelope, sequence, stored_at)
+        return [StoredMessage(envelope, sequence, stored_at) for envelope in envelopes]

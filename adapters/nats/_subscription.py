@@ -11,8 +11,10 @@ it that no fetch returned.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -22,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 
-from adapters.nats._codec import decode
+from adapters.nats._codec import decode_all
 from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._excusals import ExcusalRecords
 from adapters.nats._subjects import Subjects
@@ -48,10 +50,24 @@ _UNCONFIRMED = (
 )  # nats.errors.TimeoutError is already a TimeoutError
 
 
+class _Stored:
+    """One stored message as fetched: its ack subject, and how many of its deliveries (the
+    parts of a pack, or the message itself) are not settled yet: the server hears of the
+    message once the last one is."""
+
+    __slots__ = ("parts", "reply", "unsettled")
+
+    def __init__(self, reply: str, parts: int) -> None:
+        self.reply = reply
+        self.parts = parts
+        self.unsettled = parts
+
+
 class NatsDelivery:
-    """One fetched message, settled by the subscription's bulk ``ack`` or by ``dead_letter``
-    (a request to the message's ack subject, answered once the server processed it, bounded
-    by ``request_timeout``). The first settlement that succeeds wins; later ones are no-ops.
+    """One fetched message (or one part of a fetched pack), settled by the subscription's
+    bulk ``ack`` or by ``dead_letter`` (a request to the message's ack subject, answered
+    once the server processed it, bounded by ``request_timeout``), a pack once its last
+    part is. The first settlement that succeeds wins; later ones are no-ops.
 
     A settlement the server did not confirm raises ``BrokerUnavailableError``: after
     ``request_timeout``, or at once while the connection is down (the settlement is then
@@ -68,14 +84,14 @@ class NatsDelivery:
         "_envelope",
         "_nc",
         "_position",
-        "_reply",
         "_settled",
+        "_stored",
         "_timeout",
     )
 
     def __init__(
         self,
-        msg: Msg,
+        stored: _Stored,
         *,
         envelope: Envelope,
         attempt: int,
@@ -84,7 +100,7 @@ class NatsDelivery:
         dead: DeadLetters,
         timeout: float,
     ) -> None:
-        self._reply: str = msg.reply or ""
+        self._stored = stored
         self._envelope = envelope
         self._attempt = attempt
         self._position = position
@@ -107,37 +123,54 @@ class NatsDelivery:
         return self._position
 
     async def dead_letter(self, reason: DeadLetterReason) -> None:
-        """Copy the message to the dead-letter stream, terminate it, then run the hook."""
+        """Copy the message to the dead-letter stream, then run the hook; the stored
+        message is terminated (a pack acked) once this was its last unsettled part."""
         if self._settled:
             return
-        self._settled = True
+        self._settle()
         try:
             await self._dead.store(self._envelope, reason, self._attempt, self._position)
-            await self._request(_TERM)
+            if not self._stored.unsettled:
+                await self._request(_TERM if self._stored.parts == 1 else _ACK)
         except BaseException:
-            self._settled = False
+            self.unclaim()
             raise
         await self._dead.notify(self._envelope, reason, self._attempt)
 
-    def claim_ack(self) -> str | None:
-        """Mark settled for a bulk ack; the ack subject to publish to, or None when this
-        delivery was settled already (the first settlement wins)."""
-        if self._settled or not self._reply:
-            return None
+    def claim_ack(self) -> bool:
+        """Mark settled for a bulk ack; False when this delivery was settled already (the
+        first settlement wins). The stored message is acked once ``ack_subject`` says so."""
+        if self._settled or not self._stored.reply:
+            return False
+        self._settle()
+        return True
+
+    def _settle(self) -> None:
         self._settled = True
-        return self._reply
+        self._stored.unsettled -= 1
 
     def unclaim(self) -> None:
-        """A bulk ack that was not confirmed: the delivery may be settled again."""
-        self._settled = False
+        """A settlement that was not confirmed: the delivery may be settled again."""
+        if self._settled:
+            self._settled = False
+            self._stored.unsettled += 1
+
+    @property
+    def ack_subject(self) -> str | None:
+        """The subject to ack the stored message on once every part of it is settled."""
+        return None if self._stored.unsettled else self._stored.reply or None
+
+    @property
+    def stored(self) -> _Stored:
+        return self._stored
 
     @property
     def reply(self) -> str | None:
         """The ack subject while unsettled (for in-progress acks), else None."""
-        return None if self._settled else self._reply or None
+        return None if self._settled else self._stored.reply or None
 
     async def _request(self, payload: bytes) -> None:
-        reply = self._reply
+        reply = self._stored.reply
         if not reply:
             raise ValueError("not a JetStream message: no ack subject")
         if not self._nc.is_connected:
@@ -217,21 +250,34 @@ class NatsSubscription:
         # fetched, or past the consumer's highest delivered when it opened.
         self._lowest = delivered_before + 1
         self._closed = False
+        self._surplus: collections.deque[NatsDelivery] = collections.deque()
+        self._parts_per_message = 1.0  # of the last pull: how many stored messages to ask for
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
         """Up to ``max_messages`` deliveries, [] when none came within ``timeout`` (also
         while the connection is down or JetStream is unavailable). Raises
-        ``anyio.ClosedResourceError`` after close()."""
+        ``anyio.ClosedResourceError`` after close().
+
+        A stored message may be a pack of many deliveries: the pull asks for about as
+        many stored messages as the recent ones' parts make ``max_messages``, and the
+        parts past it wait here for the next fetch (they were fetched, so their ack wait
+        runs: the next fetch takes them first, without a pull)."""
         if self._closed:
             raise anyio.ClosedResourceError
         if max_messages < 1:
             raise ValueError("max_messages must be at least 1")
+        if not self._surplus:
+            self._surplus.extend(await self._pull(max_messages, timeout))
+        return [self._surplus.popleft() for _ in range(min(max_messages, len(self._surplus)))]
+
+    async def _pull(self, max_messages: int, timeout: float) -> list[NatsDelivery]:  # noqa: ASYNC109
         timeout = max(timeout, 0.01)
         start = anyio.current_time()
+        batch = max(1, min(max_messages, math.ceil(max_messages / self._parts_per_message)))
         try:
             # nats-py bounds the fetch itself; the outer limit guards a lost response.
             with anyio.fail_after(timeout + self._timeout):
-                msgs = await self._psub.fetch(batch=max_messages, timeout=timeout)
+                msgs = await self._psub.fetch(batch=batch, timeout=timeout)
         except (TimeoutError, nats.errors.TimeoutError):
             # builtin TimeoutError (asyncio's) or nats' own (FetchTimeoutError is one)
             return []
@@ -243,7 +289,10 @@ class NatsSubscription:
             await self._check_consumer()
             await anyio.sleep(max(0.0, start + timeout - anyio.current_time()))
             return []
-        return [self._delivery(m) for m in msgs]
+        deliveries = [d for m in msgs for d in self._deliveries(m)]
+        if msgs:
+            self._parts_per_message = len(deliveries) / len(msgs)
+        return deliveries
 
     async def _check_consumer(self) -> None:
         """``PositionGoneError`` when the server says the consumer does not exist (its
@@ -270,12 +319,13 @@ class NatsSubscription:
             for delivery in deliveries:
                 if not isinstance(delivery, NatsDelivery):
                     raise TypeError(f"not a delivery of this subscription: {delivery!r}")
-                reply = delivery.claim_ack()
-                if reply is None:
-                    continue
-                claimed.append(delivery)
-                await self._nc.publish(reply, _ACK)
-            if claimed:
+                if delivery.claim_ack():
+                    claimed.append(delivery)
+            # A pack's parts may all be in this call: its one ack goes out once.
+            subjects = {s for d in claimed if (s := d.ack_subject) is not None}
+            for subject in subjects:
+                await self._nc.publish(subject, _ACK)
+            if subjects:
                 await self._flusher.flush()
         except (nats.errors.Error, TimeoutError) as exc:
             for delivery in claimed:
@@ -294,16 +344,22 @@ class NatsSubscription:
         connection is down."""
         if not self._nc.is_connected:
             return
+        replies = {
+            reply
+            for delivery in deliveries
+            if isinstance(delivery, NatsDelivery) and (reply := delivery.reply)
+        }
         try:
-            for delivery in deliveries:
-                if isinstance(delivery, NatsDelivery) and (reply := delivery.reply):
-                    await self._nc.publish(reply, _IN_PROGRESS)
+            for reply in replies:
+                await self._nc.publish(reply, _IN_PROGRESS)
         except nats.errors.Error as exc:
             log.debug("in-progress acks on partition %d: %r", self.partition, exc)
 
-    def _delivery(self, msg: Msg) -> NatsDelivery:
+    def _deliveries(self, msg: Msg) -> list[NatsDelivery]:
+        """One delivery per envelope of ``msg`` (the parts of a pack share its position,
+        attempt and ack)."""
         md = msg.metadata
-        envelope = decode(
+        envelopes = decode_all(
             msg.subject,
             msg.headers,
             msg.data,
@@ -313,15 +369,20 @@ class NatsSubscription:
         )
         position = md.sequence.stream
         self._lowest = min(self._lowest, position)
-        return NatsDelivery(
-            msg,
-            envelope=envelope,
-            attempt=self._excusals.attempt(md.num_delivered, position),
-            position=position,
-            nc=self._nc,
-            dead=self._dead,
-            timeout=self._timeout,
-        )
+        stored = _Stored(msg.reply or "", len(envelopes))
+        attempt = self._excusals.attempt(md.num_delivered, position)
+        return [
+            NatsDelivery(
+                stored,
+                envelope=envelope,
+                attempt=attempt,
+                position=position,
+                nc=self._nc,
+                dead=self._dead,
+                timeout=self._timeout,
+            )
+            for envelope in envelopes
+        ]
 
     async def acked_below(self) -> int:
         """One past the consumer's ack floor (a stream sequence; the consumer filters
@@ -373,19 +434,31 @@ class NatsSubscription:
                 exc,
             )
 
+    def _untouched_surplus(self) -> list[str]:
+        """The ack subjects of fetched messages no part of which a fetch returned."""
+        waiting = collections.Counter(delivery.stored for delivery in self._surplus)
+        self._surplus.clear()
+        return [
+            stored.reply
+            for stored, count in waiting.items()
+            if count == stored.parts == stored.unsettled and stored.reply
+        ]
+
     async def _nak_unfetched(self) -> None:
         # nats-py keeps messages that arrived after a fetch returned in the subscription's
         # queue for the next fetch; after unsubscribe nobody would take them.
         queue: asyncio.Queue[Msg] | None = getattr(
             getattr(self._psub, "_sub", None), "_pending_queue", None
         )
-        if queue is None:
-            return
-        naked = 0
-        while not queue.empty():
+        replies = self._untouched_surplus()
+        while queue is not None and not queue.empty():
             msg = queue.get_nowait()
-            if msg.reply and msg.reply.startswith("$JS.ACK."):
-                await self._nc.publish(msg.reply, _NAK)
+            if msg.reply:
+                replies.append(msg.reply)
+        naked = 0
+        for reply in replies:
+            if reply.startswith("$JS.ACK."):
+                await self._nc.publish(reply, _NAK)
                 naked += 1
         if naked:
             await self._flusher.flush()

@@ -21,7 +21,7 @@ from adapters._lifecycle import Lifecycle
 from adapters._nats_connect import connect, describe
 from adapters._nats_durability import check_server_fsync, check_stream
 from adapters._nats_settings import NatsSettings
-from adapters.nats._codec import encode
+from adapters.nats._codec import encode_packed
 from adapters.nats._dead_letter import DeadLetters
 from adapters.nats._excusals import ExcusalRecords
 from adapters.nats._subjects import Subjects
@@ -30,6 +30,7 @@ from adapters.nats._trim import ConsumerFloor, partition_floors
 from core.errors import BrokerUnavailableError, PublishError, PublishRefusedError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
+from core.packing import MAX_PACK_BYTES, packed
 from core.ports import Subscription
 from core.server_floors import NATS_ATOMIC_BATCH, NATS_KILL_SAFE
 
@@ -153,12 +154,14 @@ class NatsTransport(Lifecycle):
     # -- the port --------------------------------------------------------------------
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
-        """Store every envelope as JetStream atomic batches of up to ``atomic_batch_max``
+        """Store every envelope, the envelopes sharing a subject as one message (a pack,
+        ``core.packing``), as JetStream atomic batches of up to ``atomic_batch_max``
         messages: the server fsyncs a batch once (not once per message) and stores all of
         it or none of it. Return once every batch is confirmed.
 
-        Each message keeps its ``Nats-Msg-Id``. A retry with the same envelopes (in the
-        same order, as the gateway retries) re-sends batches that may already be stored;
+        Each message keeps its ``Nats-Msg-Id`` (a pack's is its stable ``pack_id``). A
+        retry with the same envelopes (in the same order, as the gateway retries) packs
+        them the same way and re-sends batches that may already be stored;
         the server then refuses the whole batch as "contains duplicate message id", and
         since a batch is all or nothing, that refusal means the batch was stored before:
         it counts as confirmed.
@@ -174,34 +177,39 @@ class NatsTransport(Lifecycle):
             raise PublishError(
                 f"0 of {len(envelopes)} messages stored: not connected to {describe(self.settings)}"
             )
-        encoded = [(*encode(e, self.subjects), e.payload) for e in envelopes]
+        max_bytes = min(MAX_PACK_BYTES, self._client().max_payload // 2)
+        packs = packed(envelopes, max_bytes=max_bytes)
+        encoded = [encode_packed(pack, self.subjects) for pack in packs]
         size = self.settings.atomic_batch_max
-        chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
+        chunks = [
+            (encoded[i : i + size], sum(len(pack) for pack in packs[i : i + size]))
+            for i in range(0, len(encoded), size)
+        ]
         failed = refused = 0
         errors: list[str] = []
 
-        async def send(chunk: list[tuple[str, dict[str, str], bytes]]) -> None:
+        async def send(chunk: list[tuple[str, dict[str, str], bytes]], count: int) -> None:
             nonlocal failed, refused
             try:
                 async with self._batch_slots:
                     await self._publish_batch(chunk)
             except (PublishError, nats.errors.Error, TimeoutError) as exc:
-                failed += len(chunk)
-                refused += len(chunk) if isinstance(exc, PublishRefusedError) else 0
+                failed += count
+                refused += count if isinstance(exc, PublishRefusedError) else 0
                 errors.append(str(exc) or repr(exc))
 
         with anyio.move_on_after(self.settings.publish_timeout) as scope:
             async with anyio.create_task_group() as tg:
-                for chunk in chunks:
-                    tg.start_soon(send, chunk)
+                for chunk, count in chunks:
+                    tg.start_soon(send, chunk, count)
         if scope.cancelled_caught:
-            failed = len(encoded)
+            failed = len(envelopes)
             errors.append(f"no confirmation within {self.settings.publish_timeout} s")
         if failed:
             # Every batch refused outright (all or nothing each): nothing was stored.
-            error = PublishRefusedError if refused == len(encoded) else PublishError
+            error = PublishRefusedError if refused == len(envelopes) else PublishError
             raise error(
-                f"{failed} of {len(encoded)} messages not confirmed by stream "
+                f"{failed} of {len(envelopes)} messages not confirmed by stream "
                 f"{self.settings.stream}: {errors[0]}"
             )
 

@@ -31,6 +31,7 @@ from tests.contract._transport import (
     TransportFactory,
     envelope,
     fetch_n,
+    publish_apart,
 )
 
 HistoryFactory = Callable[[ClosableTransport], AbstractAsyncContextManager[History]]
@@ -85,11 +86,11 @@ class HistoryContract:
             envelope(P, "projX", 5),
         ]
         after = [envelope(P, "projY", s) for s in (3, 4)]
-        await transport.publish([*before, envelope(OTHER, "projX", 1)])
+        await publish_apart(transport, [*before, envelope(OTHER, "projX", 1)])
         await anyio.sleep(SEPARATION)
-        await transport.publish([middle[0], envelope(OTHER, "projX", 2), *middle[1:]])
+        await publish_apart(transport, [middle[0], envelope(OTHER, "projX", 2), *middle[1:]])
         await anyio.sleep(SEPARATION)
-        await transport.publish(after)
+        await publish_apart(transport, after)
         stored = await read(history, P, Window(AtPosition(0)))
         assert [m.envelope for m in stored] == [*before, *middle, *after]
         slices = Slices(before, middle, after, stored)
