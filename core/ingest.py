@@ -175,12 +175,12 @@ def parse_body(body: bytes, limits: IngestLimits) -> list[bytes]:
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen.add(key)
-    return dict(pairs)
+    value = dict(pairs)
+    if len(value) < len(pairs):  # rare: only then is the repeated key looked for
+        keys = [key for key, _ in pairs]
+        repeated = next(key for at, key in enumerate(keys) if key in keys[:at])
+        raise ValueError(f"duplicate key {repeated!r}")
+    return value
 
 
 def _no_constant(name: str) -> object:

@@ -28,6 +28,7 @@ def embedded_server(app: FastAPI, host: str, port: int) -> EmbeddedServer:
             port=port,
             log_config=None,
             access_log=False,
+            http="httptools",  # C parsing: h11 parses each request in Python
             timeout_graceful_shutdown=5,
         )
     )

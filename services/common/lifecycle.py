@@ -74,7 +74,9 @@ def boot(
     )
     configure_logging(shoal.log_format, shoal.log_level)
     try:
-        anyio.run(serve, container)
+        # uvloop: the event loop's own work (callbacks, sockets) in C, about a tenth of
+        # a loaded service's CPU (tests/bench --baseline).
+        anyio.run(serve, container, backend_options={"use_uvloop": True})
     except BaseException as raised:
         exc = sole_error(raised)
         if isinstance(exc, ShoalError | ConnectionError | PermissionError | TimeoutError):
