@@ -118,6 +118,7 @@ class Throughput:
     shoal_cpu: float = 0.0  # CPU seconds per 100,000 messages, every process and server
     raw_cpu: float = 0.0
     baseline: Baseline | None = None
+    shoal_cpu_by: dict[str, float] = field(default_factory=dict)  # per 100k, per process
 
     @property
     def ratio(self) -> float:
@@ -482,6 +483,7 @@ class ShoalRun:
     cpu: float  # CPU seconds of every process and server, from the load's start to the end
     zone: Zone
     memory: dict[str, Memory]
+    cpu_by: dict[str, float]  # the same per process (handlers, gateway, leader, servers)
 
 
 async def shoal_throughput(
@@ -498,9 +500,9 @@ async def shoal_throughput(
     cluster = await start_cluster(backend_env(transport, servers), work, landing, repo=repo)
     try:
         gateway = cluster.process("gateway")
-        pids = [proc.pid for proc in cluster.processes.values()]
-        pids += [servers.pids["etcd"], servers.broker_pid(transport)]
-        cpu = -sum(cpu_of(pid) for pid in pids)
+        named = {name: proc.pid for name, proc in cluster.processes.items()}
+        named |= {"etcd": servers.pids["etcd"], transport: servers.broker_pid(transport)}
+        before = {name: cpu_of(pid) for name, pid in named.items()}
         started = time.time()
         summary = await LoadGenerator(gateway.url, plan(messages)).run()
         accepted = time.time()
@@ -514,11 +516,16 @@ async def shoal_throughput(
                 f"{transport}: {len(zone.ids)} of {messages} messages landed; logs in "
                 f"{cluster.log_dir}\n{cluster.dump_logs(20)}"
             ) from None
-        cpu += sum(cpu_of(pid) for pid in pids)
+        cpu_by = {name: cpu_of(pid) - before[name] for name, pid in named.items()}
         finished = max(mtime for _, mtime in zone.files.values())
         memory = {name: memory_of(proc.pid) for name, proc in cluster.processes.items()}
         return ShoalRun(
-            messages / (finished - started), messages / (accepted - started), cpu, zone, memory
+            messages / (finished - started),
+            messages / (accepted - started),
+            sum(cpu_by.values()),
+            zone,
+            memory,
+            cpu_by,
         )
     finally:
         await cluster.__aexit__(None, None, None)
@@ -563,6 +570,7 @@ def throughput(
         shoal_cpu=cpu_per_100k(shoal.cpu, messages),
         raw_cpu=cpu_per_100k(raw[1], messages),
         baseline=baseline,
+        shoal_cpu_by={name: cpu_per_100k(cpu, messages) for name, cpu in shoal.cpu_by.items()},
     )
 
 
@@ -797,9 +805,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     shoal = await shoal_throughput(
                         transport, servers, args.messages, work / f"{transport}-{mode}"
                     )
+                    split = ", ".join(f"{n} {c:.1f}" for n, c in sorted(shoal.cpu_by.items()))
                     console.print(
                         f"  {shoal.rate:,.0f} msgs/s ({shoal.rate / raw[0]:.2f} x), "
-                        f"{shoal.cpu:.1f} CPU s"
+                        f"{shoal.cpu:.1f} CPU s ({split})"
                     )
                     baseline = None
                     if baseline_repo is not None:
@@ -817,7 +826,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             cpu_per_100k(before.cpu, args.messages),
                             before.memory,
                         )
-                        console.print(f"  {before.rate:,.0f} msgs/s, {before.cpu:.1f} CPU s")
+                        split = ", ".join(f"{n} {c:.1f}" for n, c in sorted(before.cpu_by.items()))
+                        console.print(
+                            f"  {before.rate:,.0f} msgs/s, {before.cpu:.1f} CPU s ({split})"
+                        )
                     runs.append(throughput(transport, mode, args.messages, shoal, raw, baseline))
                     if args.s3 and transport == "nats" and mode == "durable":
                         console.print("[bold]nats durable, landing on S3 (MinIO)[/] ...")
