@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import httpx
 from nats.js import api as js_api
 
 from core.errors import DurabilityError, IncompatibleServerError
@@ -44,6 +43,10 @@ async def check_server_fsync(
             "(the check that every server fsyncs each write needs its monitoring port)"
         )
         return
+    # Here, not at the top: httpx (and the CLI libraries it pulls in where installed:
+    # click, rich, pygments) is 5 MB a process that names no monitor URL does without.
+    import httpx  # noqa: PLC0415 (only with a monitor URL)
+
     async with httpx.AsyncClient(timeout=request_timeout, trust_env=False) as http:
         for url in monitor_urls:
             varz = url.rstrip("/") + "/varz"

@@ -7,8 +7,9 @@ weights from measured load, for the leader's ``weighted`` strategy).
 ``render_report_html`` draws a report as one static page.
 
 Importing this package imports neither pyspark nor pydantic: ``SparkAnalytics``,
-``SparkSettings``, ``start_spark`` and ``stop_spark`` load on first use, so the CLI and the
-leader (which only reads weights files) stay light.
+``SparkSettings``, ``start_spark`` and ``stop_spark`` load on first use, as does
+``render_report_html`` (jinja2), so the CLI and the leader (which only reads weights files)
+stay light.
 
 Spark
     One SparkSession per process, started on first use with ``SparkSettings`` (``local[*]``
@@ -92,7 +93,6 @@ from adapters.spark._errors import (
     SparkJobError,
     SparkStartError,
 )
-from adapters.spark._html import render_report_html
 from adapters.spark._jars import DELTA_JARS, delta_jars_dir, fetch_delta_jars
 from adapters.spark._model import (
     DEFAULT_SETTLE_SECONDS,
@@ -111,6 +111,7 @@ from adapters.spark._zone import check_local_zone, not_a_table
 
 if TYPE_CHECKING:
     from adapters.spark._analytics import JobProgress, SparkAnalytics
+    from adapters.spark._html import render_report_html
     from adapters.spark._s3a import S3aSettings, s3a_conf
     from adapters.spark._session import start_spark, stop_spark
     from adapters.spark._settings import SparkSettings
@@ -155,11 +156,12 @@ _LAZY = {
     "SparkAnalytics": "adapters.spark._analytics",
     "start_spark": "adapters.spark._session",
     "stop_spark": "adapters.spark._session",
+    "render_report_html": "adapters.spark._html",  # jinja2: 2 MB the leader does without
 }
 
 
 def __getattr__(name: str) -> Any:
-    """Load the pyspark-backed names on first use."""
+    """Load the pyspark-backed names (and the report's page, jinja2) on first use."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

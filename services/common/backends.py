@@ -3,7 +3,7 @@ KV) and ``SHOAL_TRANSPORT`` (nats, kafka).
 
 Providers are Factories of unentered adapters (async context managers); a service enters
 what it uses with an ``AsyncExitStack``, so only the selected backend ever connects, and
-only its package is ever imported (``_deferred``).
+only its package is ever imported (``deferred``).
 (dependency-injector's ``init_resources()`` would start every Resource, selected or not.)
 """
 
@@ -25,7 +25,7 @@ def _imported(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _deferred(path: str) -> Callable[..., Any]:
+def deferred(path: str) -> Callable[..., Any]:
     """A factory of the class at ``path`` that imports its package on the first call: a
     process imports only the backends it selects (each brings its client library: grpc for
     etcd, aiokafka, redis-py, nats-py; 80 MB all together, 35 MB more than one pair)."""
@@ -39,87 +39,87 @@ def _deferred(path: str) -> Callable[..., Any]:
 class Backends(containers.DeclarativeContainer):
     config = providers.Configuration(strict=True)
 
-    etcd_settings = providers.Singleton(_deferred("adapters.etcd:EtcdSettings"), group=config.group)
+    etcd_settings = providers.Singleton(deferred("adapters.etcd:EtcdSettings"), group=config.group)
     redis_settings = providers.Singleton(
-        _deferred("adapters.redis:RedisSettings"), group=config.group
+        deferred("adapters.redis:RedisSettings"), group=config.group
     )
     kafka_settings = providers.Singleton(
-        _deferred("adapters.kafka:KafkaSettings"), group=config.group, partitions=config.partitions
+        deferred("adapters.kafka:KafkaSettings"), group=config.group, partitions=config.partitions
     )
-    nats_settings = providers.Singleton(_deferred("adapters.nats:NatsSettings"))
+    nats_settings = providers.Singleton(deferred("adapters.nats:NatsSettings"))
     # coordination on NATS KV: the transport's connection settings, a bucket per group
     natskv_settings = providers.Singleton(
-        _deferred("adapters.natskv:NatsKvSettings"), group=config.group, nats=nats_settings
+        deferred("adapters.natskv:NatsKvSettings"), group=config.group, nats=nats_settings
     )
 
     membership = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(_deferred("adapters.etcd:EtcdMembership"), etcd_settings),
-        redis=providers.Factory(_deferred("adapters.redis:RedisMembership"), redis_settings),
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdMembership"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisMembership"), redis_settings),
         kafka=providers.Factory(
-            _deferred("adapters.kafka:KafkaMembership"), kafka_settings, strategy=config.strategy
+            deferred("adapters.kafka:KafkaMembership"), kafka_settings, strategy=config.strategy
         ),
-        nats=providers.Factory(_deferred("adapters.natskv:NatsKvMembership"), natskv_settings),
+        nats=providers.Factory(deferred("adapters.natskv:NatsKvMembership"), natskv_settings),
     )
     load_reports = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(_deferred("adapters.etcd:EtcdLoadReports"), etcd_settings),
-        redis=providers.Factory(_deferred("adapters.redis:RedisLoadReports"), redis_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaLoadReports"), kafka_settings),
-        nats=providers.Factory(_deferred("adapters.natskv:NatsKvLoadReports"), natskv_settings),
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdLoadReports"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisLoadReports"), redis_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaLoadReports"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.natskv:NatsKvLoadReports"), natskv_settings),
     )
     election = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(_deferred("adapters.etcd:EtcdElection"), etcd_settings),
-        redis=providers.Factory(_deferred("adapters.redis:RedisElection"), redis_settings),
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdElection"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisElection"), redis_settings),
         kafka=providers.Factory(
-            _deferred("adapters.kafka:KafkaElection"), kafka_settings, strategy=config.strategy
+            deferred("adapters.kafka:KafkaElection"), kafka_settings, strategy=config.strategy
         ),
-        nats=providers.Factory(_deferred("adapters.natskv:NatsKvElection"), natskv_settings),
+        nats=providers.Factory(deferred("adapters.natskv:NatsKvElection"), natskv_settings),
     )
     assignment_store = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(_deferred("adapters.etcd:EtcdAssignmentStore"), etcd_settings),
-        redis=providers.Factory(_deferred("adapters.redis:RedisAssignmentStore"), redis_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaAssignmentStore"), kafka_settings),
-        nats=providers.Factory(_deferred("adapters.natskv:NatsKvAssignmentStore"), natskv_settings),
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdAssignmentStore"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisAssignmentStore"), redis_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaAssignmentStore"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.natskv:NatsKvAssignmentStore"), natskv_settings),
     )
     hold_store = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(_deferred("adapters.etcd:EtcdHoldStore"), etcd_settings),
-        redis=providers.Factory(_deferred("adapters.redis:RedisHoldStore"), redis_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaHoldStore"), kafka_settings),
-        nats=providers.Factory(_deferred("adapters.natskv:NatsKvHoldStore"), natskv_settings),
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdHoldStore"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisHoldStore"), redis_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaHoldStore"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.natskv:NatsKvHoldStore"), natskv_settings),
     )
     project_registry = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(_deferred("adapters.etcd:EtcdProjectRegistry"), etcd_settings),
-        redis=providers.Factory(_deferred("adapters.redis:RedisProjectRegistry"), redis_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaProjectRegistry"), kafka_settings),
-        nats=providers.Factory(_deferred("adapters.natskv:NatsKvProjectRegistry"), natskv_settings),
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdProjectRegistry"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisProjectRegistry"), redis_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaProjectRegistry"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.natskv:NatsKvProjectRegistry"), natskv_settings),
     )
     transport = providers.Selector(
         config.transport,
-        nats=providers.Factory(_deferred("adapters.nats:NatsTransport"), nats_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaTransport"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.nats:NatsTransport"), nats_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaTransport"), kafka_settings),
     )
     dead_letter_queue = providers.Selector(
         config.transport,
-        nats=providers.Factory(_deferred("adapters.nats:NatsDeadLetterQueue"), nats_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaDeadLetterQueue"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.nats:NatsDeadLetterQueue"), nats_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaDeadLetterQueue"), kafka_settings),
     )
     history = providers.Selector(
         config.transport,
-        nats=providers.Factory(_deferred("adapters.nats:NatsHistory"), nats_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaHistory"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.nats:NatsHistory"), nats_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaHistory"), kafka_settings),
     )
     # The gateways' Idempotency-Key records, on the transport's broker; the caller passes
     # ``window=`` (SHOAL_GATEWAY_IDEMPOTENCY_WINDOW). With SHOAL_CLUSTERS the gateway keeps
     # them in every cluster instead (services.common.clusters.enter_datacenters).
     idempotency_store = providers.Selector(
         config.transport,
-        nats=providers.Factory(_deferred("adapters.nats:NatsIdempotencyStore"), nats_settings),
-        kafka=providers.Factory(_deferred("adapters.kafka:KafkaIdempotencyStore"), kafka_settings),
+        nats=providers.Factory(deferred("adapters.nats:NatsIdempotencyStore"), nats_settings),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaIdempotencyStore"), kafka_settings),
     )
 
 

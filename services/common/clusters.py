@@ -14,7 +14,6 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 from anyio.abc import TaskStatus
 
-from adapters.nats import NatsIdempotencyStore, NatsSettings, NatsTransport
 from adapters.routes import RouteFile
 from core.errors import BrokerUnavailableError, PublishError, RouteError, StoreUnavailableError
 from core.idempotency import IdempotentAnswer, first_answer
@@ -75,6 +74,13 @@ async def enter_datacenters(
             "error: SHOAL_CLUSTERS: multi-datacenter routing is built for SHOAL_TRANSPORT=nats "
             "only (Kafka clusters are the same shape, not built yet)"
         )
+    # Here, not at the top: nats-py is a process's only where it is the transport.
+    from adapters.nats import (  # noqa: PLC0415 (SHOAL_TRANSPORT=nats only)
+        NatsIdempotencyStore,
+        NatsSettings,
+        NatsTransport,
+    )
+
     base = load_settings(NatsSettings)
     settings = {name: base.for_cluster(name, clusters.addresses(name)) for name in clusters.names}
     transports = {

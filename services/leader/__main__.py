@@ -1,3 +1,7 @@
-from services.leader.main import main
+from services.common.keep_out import keep_out
+
+keep_out(yaml="dependency-injector's Configuration.from_yaml, which no service uses")
+
+from services.leader.main import main  # noqa: E402 (after the packages are kept out)
 
 main()

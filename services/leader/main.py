@@ -21,13 +21,13 @@ from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry
 
 from adapters.delta import TableSettings
-from adapters.kubernetes import KubernetesScaler, KubernetesSettings
+from adapters.kubernetes import KubernetesSettings
 from adapters.local import LocalProcessScaler, LocalScalerSettings
 from adapters.spark import read_weights_file
 from core.assignment import strategy_named
 from core.modes import ConsumptionMode, autoscaling_problem
 from core.ports import Scaler
-from services.common.backends import Backends
+from services.common.backends import Backends, deferred
 from services.common.clusters import ClusterBacklogs, enter_datacenters
 from services.common.http import embedded_server, serve_in_thread
 from services.common.lifecycle import boot, stop_on_signals
@@ -59,7 +59,10 @@ class LeaderContainer(containers.DeclarativeContainer):
         scaling.provided.scaler,
         none=providers.Object(None),
         local=providers.Factory(LocalProcessScaler, local_scaler_settings),
-        kubernetes=providers.Factory(KubernetesScaler, kubernetes_settings),
+        # lightkube, imported only where it is the scaler
+        kubernetes=providers.Factory(
+            deferred("adapters.kubernetes:KubernetesScaler"), kubernetes_settings
+        ),
     )
 
 

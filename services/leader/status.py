@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio
-import httpx
 from anyio.abc import TaskStatus
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -130,6 +129,10 @@ class StatusReader:
         }
 
     async def _active_peer_document(self) -> dict[str, Any] | None:
+        # Here, not at the top: httpx (with click, rich and pygments where installed) is
+        # 5 MB a leader without peers (SHOAL_LEADER_PEERS) does without.
+        import httpx  # noqa: PLC0415 (only with peers)
+
         async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
             for peer in self._peers:
                 try:
