@@ -38,7 +38,7 @@ Everything here is pure: no I/O, no clock (times are passed in).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from core.model import Partition
@@ -99,10 +99,13 @@ class Settled:
     def settles(self, position: int, message_id: str) -> bool:
         return position < self.floor or message_id in self.above.get(position, ())
 
-    def reused(self, position: int, message_id: str) -> bool:
-        """Whether a row holds another message at ``position``: the log handed it out again."""
+    def reused(self, position: int, message_ids: Collection[str]) -> bool:
+        """Whether rows hold messages at ``position`` and none of ``message_ids`` (what the
+        log delivered there now): the log handed the position out again. The parts of a
+        pack share a position, so a row of one part is no sign of reuse when the
+        redelivered pack brings that part too."""
         held = self.above.get(position)
-        return held is not None and message_id not in held
+        return held is not None and held.isdisjoint(message_ids)
 
     def adding(self, places: Iterable[tuple[int, str]]) -> Settled:
         above = dict(self.above)
@@ -149,8 +152,10 @@ def plan_landing(
     landed already.
     """
     by_message: dict[str, list[tuple[LogKey, int]]] = {}
+    at_place: dict[tuple[LogKey, int], set[str]] = {}
     for log, position, message_id in deliveries:
         by_message.setdefault(message_id, []).append((log, position))
+        at_place.setdefault((log, position), set()).add(message_id)
     keep: set[str] = set()
     places: dict[LogKey, set[Place]] = {}
     reused: dict[LogKey, set[int]] = {}
@@ -161,7 +166,7 @@ def plan_landing(
             keep.add(message_id)
         for log, position in fresh:
             places.setdefault(log, set()).add((position, message_id))
-            if settled.get(log, nothing).reused(position, message_id):
+            if settled.get(log, nothing).reused(position, at_place[log, position]):
                 reused.setdefault(log, set()).add(position)
     return LandingPlan(
         keep=frozenset(keep),

@@ -73,8 +73,8 @@ def test_a_row_settles_only_its_own_message_at_its_position(
 ) -> None:
     position, message = place
     held = settled.above.get(position, frozenset())
-    assert settled.reused(position, message) == (bool(held) and message not in held)
-    if settled.reused(position, message):
+    assert settled.reused(position, {message}) == (bool(held) and message not in held)
+    if settled.reused(position, {message}):
         assert not settled.settles(position, message), "a new message at a used position"
 
 
@@ -106,7 +106,12 @@ def test_the_plan_leaves_out_every_landed_message_and_settles_every_unsettled_pl
     assert {(log, p, m) for log, ps in plan.places.items() for p, m in ps} == unsettled
     assert all(ps and list(ps) == sorted(set(ps)) for ps in plan.places.values())
     assert plan.settles_nothing == (not unsettled)
-    reused = {(log, p) for log, p, m in unsettled if settled.get(log, Settled()).reused(p, m)}
+    delivered = {(log, p): {m for k, q, m in batch if (k, q) == (log, p)} for log, p, _ in batch}
+    reused = {
+        (log, p)
+        for log, p, _ in unsettled
+        if settled.get(log, Settled()).reused(p, delivered[log, p])
+    }
     assert {(log, p) for log, ps in plan.reused.items() for p in ps} == reused
     # Once the commit is in, the same batch (a redelivery of it) settles and keeps nothing.
     after = dict(settled)
@@ -186,3 +191,14 @@ def test_a_day_with_one_small_file_is_left_alone() -> None:
     closed = [DayFiles("2026-11-24", 30, 1), DayFiles("2026-11-25", 3, 2)]
     assert days_to_compact(closed, "2026-11-27", open_day_files=50) == ["2026-11-25"]
     assert days_to_compact([DayFiles("2026-11-27", 49, 49)], "2026-11-27", open_day_files=50) == []
+
+
+def test_a_redelivered_pack_one_part_of_which_landed_is_no_reuse() -> None:
+    """A pack's parts share a position: its landed part's row is not a sign that the log
+    handed the position out again; new messages at a landed position are."""
+    log = LOGS[0]
+    settled = {log: Settled(0, {7: frozenset({"a"})})}
+    again = plan_landing(settled, [(log, 7, "a"), (log, 7, "b"), (log, 7, "c")])
+    assert again.keep == {"b", "c"} and again.reused == {}
+    restored = plan_landing(settled, [(log, 7, "x"), (log, 7, "y")])
+    assert restored.keep == {"x", "y"} and restored.reused == {log: (7,)}
