@@ -37,6 +37,7 @@ finds files no version names.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -118,6 +119,7 @@ def use_memory_pool(name: str) -> None:
     pa.set_memory_pool(pool)
 
 
+@functools.lru_cache(maxsize=4_096)  # a request's messages share their receive time
 def _day(received_at: float) -> str:
     return datetime.fromtimestamp(received_at, UTC).date().isoformat()
 

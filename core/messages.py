@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,6 +20,7 @@ __all__ = [
 PROJECT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+@functools.lru_cache(maxsize=65_536)  # asked for every delivered message of a project
 def is_valid_project_id(project_id: str) -> bool:
     """True when ``project_id`` is one safe subject token (the gateway rejects anything else)."""
     return PROJECT_ID_PATTERN.fullmatch(project_id) is not None

@@ -151,22 +151,29 @@ def plan_landing(
     yet settled is settled by this commit, whether its row is written or its message is
     landed already.
     """
-    by_message: dict[str, list[tuple[LogKey, int]]] = {}
-    at_place: dict[tuple[LogKey, int], set[str]] = {}
-    for log, position, message_id in deliveries:
-        by_message.setdefault(message_id, []).append((log, position))
-        at_place.setdefault((log, position), set()).add(message_id)
-    keep: set[str] = set()
-    places: dict[LogKey, set[Place]] = {}
-    reused: dict[LogKey, set[int]] = {}
+    batch = list(deliveries)
     nothing = Settled()
-    for message_id, at in by_message.items():
-        fresh = [(k, p) for k, p in at if not settled.get(k, nothing).settles(p, message_id)]
-        if len(fresh) == len(at):
-            keep.add(message_id)
-        for log, position in fresh:
-            places.setdefault(log, set()).add((position, message_id))
-            if settled.get(log, nothing).reused(position, at_place[log, position]):
+    landed: set[str] = set()  # messages with a settled place
+    fresh: list[tuple[LogKey, int, str]] = []
+    for log, position, message_id in batch:
+        if settled.get(log, nothing).settles(position, message_id):
+            landed.add(message_id)
+        else:
+            fresh.append((log, position, message_id))
+    keep = {message_id for _, _, message_id in fresh} - landed
+    places: dict[LogKey, set[Place]] = {}
+    for log, position, message_id in fresh:
+        places.setdefault(log, set()).add((position, message_id))
+    reused: dict[LogKey, set[int]] = {}
+    # Only a fresh place at a position rows hold can be a reuse (rare: looked at apart).
+    held = {(log, p) for log, p, _ in fresh if p in settled.get(log, nothing).above}
+    if held:
+        delivered: dict[tuple[LogKey, int], set[str]] = {}
+        for log, position, message_id in batch:
+            if (log, position) in held:
+                delivered.setdefault((log, position), set()).add(message_id)
+        for log, position in held:
+            if settled[log].reused(position, delivered[log, position]):
                 reused.setdefault(log, set()).add(position)
     return LandingPlan(
         keep=frozenset(keep),

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import anyio
 import nats.errors
@@ -50,17 +51,31 @@ _UNCONFIRMED = (
 )  # nats.errors.TimeoutError is already a TimeoutError
 
 
+@dataclass(frozen=True, slots=True)
+class _Settler:
+    """What settling needs, shared by every delivery of a subscription."""
+
+    nc: Client
+    dead: DeadLetters
+    timeout: float
+
+
 class _Stored:
-    """One stored message as fetched: its ack subject, and how many of its deliveries (the
-    parts of a pack, or the message itself) are not settled yet: the server hears of the
-    message once the last one is."""
+    """One stored message as fetched: its ack subject, position and attempt (shared by
+    the parts of a pack), and how many of its deliveries are not settled yet: the server
+    hears of the message once the last one is."""
 
-    __slots__ = ("parts", "reply", "unsettled")
+    __slots__ = ("attempt", "parts", "position", "reply", "settler", "unsettled")
 
-    def __init__(self, reply: str, parts: int) -> None:
+    def __init__(
+        self, reply: str, parts: int, *, position: int, attempt: int, settler: _Settler
+    ) -> None:
         self.reply = reply
         self.parts = parts
         self.unsettled = parts
+        self.position = position
+        self.attempt = attempt
+        self.settler = settler
 
 
 class NatsDelivery:
@@ -77,36 +92,13 @@ class NatsDelivery:
     """
 
     # Only the ack subject of the message is kept, not the message (its headers and
-    # subject): a handler holds tens of thousands of deliveries while a file fills.
-    __slots__ = (
-        "_attempt",
-        "_dead",
-        "_envelope",
-        "_nc",
-        "_position",
-        "_settled",
-        "_stored",
-        "_timeout",
-    )
+    # subject): a handler holds tens of thousands of deliveries while a file fills, so a
+    # delivery is three slots and what it shares with its pack lives in ``_Stored``.
+    __slots__ = ("_envelope", "_settled", "_stored")
 
-    def __init__(
-        self,
-        stored: _Stored,
-        *,
-        envelope: Envelope,
-        attempt: int,
-        position: int,
-        nc: Client,
-        dead: DeadLetters,
-        timeout: float,
-    ) -> None:
+    def __init__(self, stored: _Stored, envelope: Envelope) -> None:
         self._stored = stored
         self._envelope = envelope
-        self._attempt = attempt
-        self._position = position
-        self._nc = nc
-        self._dead = dead
-        self._timeout = timeout
         self._settled = False
 
     @property
@@ -115,12 +107,12 @@ class NatsDelivery:
 
     @property
     def attempt(self) -> int:
-        return self._attempt
+        return self._stored.attempt
 
     @property
     def position(self) -> int:
         """The stream sequence."""
-        return self._position
+        return self._stored.position
 
     async def dead_letter(self, reason: DeadLetterReason) -> None:
         """Copy the message to the dead-letter stream, then run the hook; the stored
@@ -128,14 +120,16 @@ class NatsDelivery:
         if self._settled:
             return
         self._settle()
+        stored = self._stored
+        dead = stored.settler.dead
         try:
-            await self._dead.store(self._envelope, reason, self._attempt, self._position)
-            if not self._stored.unsettled:
-                await self._request(_TERM if self._stored.parts == 1 else _ACK)
+            await dead.store(self._envelope, reason, stored.attempt, stored.position)
+            if not stored.unsettled:
+                await self._request(_TERM if stored.parts == 1 else _ACK)
         except BaseException:
             self.unclaim()
             raise
-        await self._dead.notify(self._envelope, reason, self._attempt)
+        await dead.notify(self._envelope, reason, stored.attempt)
 
     def claim_ack(self) -> bool:
         """Mark settled for a bulk ack; False when this delivery was settled already (the
@@ -173,12 +167,13 @@ class NatsDelivery:
         reply = self._stored.reply
         if not reply:
             raise ValueError("not a JetStream message: no ack subject")
-        if not self._nc.is_connected:
+        nc, timeout = self._stored.settler.nc, self._stored.settler.timeout
+        if not nc.is_connected:
             with contextlib.suppress(nats.errors.Error):
-                await self._nc.publish(reply, payload)  # buffered until the reconnect
+                await nc.publish(reply, payload)  # buffered until the reconnect
             raise BrokerUnavailableError("settlement not confirmed: the NATS connection is down")
         try:
-            await self._nc.request(reply, payload, timeout=self._timeout)
+            await nc.request(reply, payload, timeout=timeout)
         except _UNCONFIRMED as exc:
             raise BrokerUnavailableError(f"settlement not confirmed: {exc!r}") from exc
 
@@ -239,7 +234,7 @@ class NatsSubscription:
         self._psub = psub
         self._nc = nc
         self._subjects = subjects
-        self._dead = dead
+        self._settler = _Settler(nc, dead, request_timeout)
         self._stream = stream
         self._timeout = request_timeout
         self._on_close = on_close
@@ -369,20 +364,14 @@ class NatsSubscription:
         )
         position = md.sequence.stream
         self._lowest = min(self._lowest, position)
-        stored = _Stored(msg.reply or "", len(envelopes))
-        attempt = self._excusals.attempt(md.num_delivered, position)
-        return [
-            NatsDelivery(
-                stored,
-                envelope=envelope,
-                attempt=attempt,
-                position=position,
-                nc=self._nc,
-                dead=self._dead,
-                timeout=self._timeout,
-            )
-            for envelope in envelopes
-        ]
+        stored = _Stored(
+            msg.reply or "",
+            len(envelopes),
+            position=position,
+            attempt=self._excusals.attempt(md.num_delivered, position),
+            settler=self._settler,
+        )
+        return [NatsDelivery(stored, envelope) for envelope in envelopes]
 
     async def acked_below(self) -> int:
         """One past the consumer's ack floor (a stream sequence; the consumer filters

@@ -248,9 +248,9 @@ def create_app(
         refuse=refuse,
     )
 
-    @app.post("/v1/projects/{project_id}/messages", status_code=202)
-    async def ingest(project_id: str, request: Request) -> Response:
+    async def ingest(request: Request) -> Response:
         nonlocal in_flight
+        project_id: str = request.path_params["project_id"]
         refusal = await admit(project_id, request)
         if refusal is not None:
             return refusal
@@ -311,6 +311,10 @@ def create_app(
             },
             status_code=202,
         )
+
+    # A plain Starlette route: FastAPI's dependency solving and response handling around
+    # an endpoint that takes the raw request were a quarter of the gateway's CPU.
+    app.router.add_route("/v1/projects/{project_id}/messages", ingest, methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
