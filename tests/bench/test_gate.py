@@ -1,8 +1,9 @@
-"""The CI gate of the pipeline benchmark: a short run (50,000 messages, NATS, durable) in
-which shoal end to end must move at least as many messages per second as the plain
-per-message nats-py pipeline on the same server. It fails when a change makes the landing
-path slower than a plain client, so such a change cannot land; the full table (both
-modes, Kafka, files, latency, rebalance, memory) is ``tox -e bench``."""
+"""The CI gate of the pipeline benchmark: short runs (50,000 messages) in which shoal end to
+end must keep its measured speed against the plain client pipeline on the same server, in
+the same run: NATS with the broker fsyncing every write (durable) and with its default
+sync (relaxed), and Kafka durable. Each floor is 0.8 x the ratio issue 32 reached
+(docs/benchmarks.md), so a change that gives most of the gain back cannot land; the full
+table (Kafka relaxed, files, latency, rebalance, memory) is ``tox -e bench``."""
 
 from __future__ import annotations
 
@@ -15,24 +16,36 @@ from infra.local.servers import start_etcd
 from tests.bench.pipeline import cpu_per_100k, raw_rate, servers_for, shoal_throughput
 
 MESSAGES = 50_000
-FLOOR = 1.0  # shoal / plain, durable; the target is 2.0 (see docs/benchmarks.md)
+# shoal / plain msgs/s: 0.8 x what this checkout measured (docs/benchmarks.md, issue 32).
+FLOORS = {
+    ("nats", "durable"): 2.0,
+    ("nats", "relaxed"): 0.45,
+    ("kafka", "durable"): 0.5,
+}
 
 
 @pytest.mark.anyio
-async def test_durable_end_to_end_is_at_least_the_plain_nats_pipeline(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("transport", "mode"), list(FLOORS))
+async def test_end_to_end_keeps_its_ratio_to_the_plain_pipeline(
+    tmp_path: Path, transport: str, mode: str
+) -> None:
     etcd = start_etcd()
     try:
-        with servers_for("durable", ["nats"], etcd) as servers:
-            raw, raw_cpu = await anyio.to_thread.run_sync(raw_rate, "nats", servers, MESSAGES)
-            shoal = await shoal_throughput("nats", servers, MESSAGES, tmp_path)
+        with servers_for(mode, [transport], etcd) as servers:
+            raw, raw_cpu = await anyio.to_thread.run_sync(raw_rate, transport, servers, MESSAGES)
+            shoal = await shoal_throughput(transport, servers, MESSAGES, tmp_path)
     finally:
         etcd.stop()
     ratio = shoal.rate / raw
+    floor = FLOORS[transport, mode]
     print(
-        f"\nBENCH gate: nats durable, {MESSAGES} messages: shoal {shoal.rate:,.0f} msgs/s, "
-        f"plain {raw:,.0f} msgs/s, {ratio:.2f} x; the gateway accepted "
-        f"{shoal.accepted_rate:,.0f} msgs/s; CPU s per 100k messages: shoal "
+        f"\nBENCH gate: {transport} {mode}, {MESSAGES} messages: shoal {shoal.rate:,.0f} "
+        f"msgs/s, plain {raw:,.0f} msgs/s, {ratio:.2f} x (floor {floor}); the gateway "
+        f"accepted {shoal.accepted_rate:,.0f} msgs/s; CPU s per 100k messages: shoal "
         f"{cpu_per_100k(shoal.cpu, MESSAGES):.1f}, plain {cpu_per_100k(raw_cpu, MESSAGES):.1f}; "
         f"{len(shoal.zone.files)} files, {shoal.zone.duplicates} duplicate rows"
     )
-    assert ratio >= FLOOR, f"shoal end to end is {ratio:.2f} x the plain pipeline (< {FLOOR})"
+    assert shoal.zone.duplicates == 0
+    assert ratio >= floor, (
+        f"{transport} {mode}: shoal end to end is {ratio:.2f} x the plain pipeline (< {floor})"
+    )

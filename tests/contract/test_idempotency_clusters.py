@@ -24,7 +24,6 @@ from pathlib import Path
 
 import anyio
 import httpx
-import nats
 import pytest
 
 from core.errors import StoreUnavailableError
@@ -34,6 +33,7 @@ from infra.local.servers import RunningNats, start_nats
 from services.common.clusters import ClusterIdempotency, enter_datacenters
 from services.gateway.app import create_app
 from services.gateway.routed import RoutedPublisher
+from tests._stored import stored_messages
 from tests.contract._idempotency import IdempotencyStoreContract, StoreFactory, answer
 
 pytestmark = pytest.mark.nats
@@ -90,17 +90,11 @@ class Datacenters:
 
     async def stored(self, project: str) -> dict[str, int]:
         """The data messages of ``project`` each cluster's stream holds."""
-        counts: dict[str, int] = {}
-        for name, server in self.servers.items():
-            nc = await nats.connect(server.url)
-            try:
-                info = await nc.jetstream().stream_info(
-                    self.stream, subjects_filter=f"{self.subject_prefix}.*.{project}.data"
-                )
-                counts[name] = sum((info.state.subjects or {}).values())
-            finally:
-                await nc.close()
-        return counts
+        subject = f"{self.subject_prefix}.*.{project}.data"
+        return {
+            name: await stored_messages(server.url, self.stream, subject)
+            for name, server in self.servers.items()
+        }
 
 
 @pytest.fixture

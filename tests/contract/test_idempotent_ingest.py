@@ -37,6 +37,7 @@ from core.partitioning import partition_for
 from core.ports import Transport
 from infra.local._testservers import ServerInfo
 from services.gateway.app import create_app
+from tests._stored import stored_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -167,15 +168,9 @@ async def test_a_retried_request_lands_once_on_nats(nats_settings: NatsSettings)
         )
         async with NatsTransport(nats_settings) as transport:
             # the stream itself: n data messages per request, nothing more
-            nc = await nats.connect(nats_settings.url)
-            try:
-                subject = transport.subjects.data(partition_for(PROJECT, PARTITIONS), PROJECT)
-                info = await nc.jetstream().stream_info(
-                    nats_settings.stream, subjects_filter=subject
-                )
-                assert sum((info.state.subjects or {}).values()) == 2 * len(PAYLOADS)
-            finally:
-                await nc.close()
+            subject = transport.subjects.data(partition_for(PROJECT, PARTITIONS), PROJECT)
+            stored = await stored_messages(nats_settings.url, nats_settings.stream, subject)
+            assert stored == 2 * len(PAYLOADS)
             landed = await delivered(transport)
     counts = per_series(landed)
     assert counts == {first["gateway_id"]: 5, retried["gateway_id"]: 5}

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import anyio
 import httpx
-import nats
 import pytest
 
 from adapters.routes import RouteFile
 from core.routing import Route, RouteTable, default_table, parse_cluster_map
 from infra.local._handles import RunningNats
 from infra.local.servers import start_nats
+from tests._stored import stored_messages
 from tests.e2e._cluster import Cluster, settled
 from tests.e2e._landed import landed_ids, read_landed
 from tests.e2e.conftest import backend_env
@@ -70,14 +70,8 @@ class Stack:
 
     async def stored(self, dc: str, project: str) -> int:
         """Messages of ``project`` in ``dc``'s stream."""
-        nc = await nats.connect(self.dcs[dc].url)
-        try:
-            info = await nc.jetstream().stream_info(
-                self.stream, subjects_filter=f"{self.prefix}.*.{project}.data"
-            )
-            return sum((info.state.subjects or {}).values())
-        finally:
-            await nc.close()
+        subject = f"{self.prefix}.*.{project}.data"
+        return await stored_messages(self.dcs[dc].url, self.stream, subject)
 
     def landed(self) -> dict[str, int]:
         return dict(landed_ids(read_landed(self.cluster.data_dir)))
