@@ -155,7 +155,8 @@ class HistoryContract:
     async def test_a_read_leaves_the_consumers_progress_alone(
         self, transport: ClosableTransport, history: History, slices: Slices
     ) -> None:
-        assert await transport.backlog(P) == len(slices.stored)
+        # a backlog counts broker messages: those published together may be one (a pack)
+        assert await transport.backlog(P) == len({m.position for m in slices.stored})
         sub = await transport.open(P, "h1")
         try:
             deliveries = await fetch_n(sub, len(slices.stored))
