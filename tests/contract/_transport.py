@@ -349,6 +349,113 @@ class TransportContract:
         assert d.envelope == other
         await sub.ack([d])
 
+    # -- packs: a request's envelopes published at once ------------------------------------
+    # A transport may store the envelopes of one publish that share a subject as one broker
+    # message (a pack, ``core.packing``): every part a delivery of its own, at the pack's
+    # position, the pack settled at the broker once every part is. These checks hold the
+    # port's promises whether or not the adapter packs (the memory transport does not), so
+    # they say nothing of positions and allow an acked part to come back while its pack is
+    # not wholly settled.
+
+    async def test_pack_request_published_at_once_is_delivered_once_each_and_settled_by_acks(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        await transport.publish(sent)  # a retry of the request after a lost confirmation
+        sub = await transport.open(11, "h1")
+        got = await fetch_n(sub, 50)
+        assert [d.envelope for d in got] == sent
+        assert [d.attempt for d in got] == [1] * 50
+        await sub.ack(got)
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+        assert await transport.oldest_unacked(11) is None
+        await sub.close()
+        await fetch_none(await transport.open(11, "h2"), 0.5)
+
+    async def test_pack_fetches_smaller_than_the_request_hand_out_each_message_once(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        sub = await transport.open(11, "h1")
+        got: list[Delivery] = []
+        with anyio.fail_after(LIMIT):
+            while len(got) < len(sent):
+                batch = await sub.fetch(7, 0.5)
+                assert len(batch) <= 7
+                got.extend(batch)
+        assert [d.envelope for d in got] == sent
+        positions = [d.position for d in got]
+        assert positions == sorted(positions), "a partition keeps its publish order"
+        await sub.ack(got)
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+
+    async def test_pack_acking_only_some_brings_the_others_back_after_ack_wait(
+        self, transport: ClosableTransport
+    ) -> None:
+        if not self.features.redelivery_after_ack_wait:
+            not_applicable("adapter has no per-message ack_wait")
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        sub = await transport.open(11, "h1")
+        got = await fetch_n(sub, 50)
+        await sub.ack(got[::2])
+        unacked = {d.envelope for d in got[1::2]}
+        back: set[Envelope] = set()
+        with anyio.fail_after(ACK_WAIT + LIMIT):
+            while not unacked <= back:  # the acked ones may come too
+                again = await sub.fetch(50, 0.5)
+                assert {d.envelope for d in again} <= set(sent)
+                assert all(d.attempt == 2 for d in again if d.envelope in unacked)
+                back |= {d.envelope for d in again}
+                await sub.ack(again)
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+
+    async def test_pack_acking_only_some_brings_the_others_to_the_next_subscriber(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        old = await transport.open(11, "h1")
+        got = await fetch_n(old, 50)
+        await old.ack(got[:30])
+        await old.close()
+        new = await transport.open(11, "h2")
+        back: list[Delivery] = []
+        with anyio.fail_after(ACK_WAIT + LIMIT):
+            while not set(sent[30:]) <= {d.envelope for d in back}:  # the acked may come too
+                back.extend(await new.fetch(50, 0.5))
+        assert {d.envelope for d in back} <= set(sent)
+        assert len(back) == len({d.envelope for d in back}), "each once"
+        assert all(d.attempt == 1 for d in back), "a close excuses what it gives back"
+        await new.ack(back)
+        await fetch_none(new, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+
+    async def test_pack_dead_lettering_one_and_acking_the_rest_stores_it_alone_once(
+        self, transport: ClosableTransport, dead: DeadLetterLog
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        poison = sent[17]
+        await transport.publish(sent)
+        sub = await transport.open(11, "h1")
+        got = await fetch_n(sub, 50)
+        (doomed,) = [d for d in got if d.envelope == poison]
+        await doomed.dead_letter("unprocessable")
+        await doomed.dead_letter("unprocessable")
+        await sub.ack(got)
+        assert dead.items == [(poison, "unprocessable", 1)]
+        assert transport.dead_letters == 1
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+        await sub.close()
+        await fetch_none(await transport.open(11, "h2"), 0.5)
+        assert dead.items == [(poison, "unprocessable", 1)]
+
     # -- partitions and subscriptions ----------------------------------------------------
 
     async def test_partitions_are_isolated_when_several_are_used(

@@ -197,6 +197,25 @@ class TestKafkaTransport(TransportContract):
         assert headers["Shoal-Msg-Id"] == e.message_id.encode()
         assert headers["Shoal-Gateway"] == "gw 1/ü".encode()
 
+    async def test_pack_a_request_of_one_project_is_one_record_and_its_parts_share_the_offset(
+        self, transport: ClosableTransport, settings: KafkaSettings
+    ) -> None:
+        sent = [envelope(0, "projA", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        (r,) = await read_topic(settings.bootstrap, settings.topic, 1)
+        headers = dict(r.headers)  # type: ignore[attr-defined]
+        assert r.key == b"projA"  # type: ignore[attr-defined]
+        assert headers["Shoal-Pack"] == b"1"
+        assert headers["Shoal-Msg-Id"] == f"pack:50:{sent[0].message_id}".encode()
+        sub = await transport.open(0, "h1")
+        got = await fetch_n(sub, 50)
+        assert {d.position for d in got} == {r.offset}  # type: ignore[attr-defined]
+        assert await transport.backlog(0) == 1  # one stored record
+        await sub.ack(got[:49])
+        assert await transport.backlog(0) == 1, "settled once every part is"
+        await sub.ack(got[49:])
+        assert await transport.backlog(0) == 0
+
     async def test_enter_fails_clearly_when_the_topic_has_another_partition_count(
         self, settings: KafkaSettings
     ) -> None:
