@@ -342,8 +342,9 @@ class Transport(Protocol):
         ...
 
     async def backlog(self, partition: Partition) -> int:
-        """Messages stored for ``partition`` and not yet acked (the lag). Raises
-        ``BrokerUnavailableError`` when the broker does not answer."""
+        """Messages stored for ``partition`` and not yet acked (the lag), as the broker
+        counts them: a pack (``core.packing``) counts once until every part is settled.
+        Raises ``BrokerUnavailableError`` when the broker does not answer."""
         ...
 
     async def oldest_unacked(self, partition: Partition) -> float | None:

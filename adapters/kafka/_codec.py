@@ -1,7 +1,9 @@
-"""Envelope <-> Kafka record: the envelope's fields travel in headers (as on NATS), the key is
-the project id, the value is the device's payload, untouched.
+"""Envelopes <-> Kafka record. The key is always the project id. A record holds one envelope,
+or a pack of several (``core.packing``).
 
-Headers (UTF-8 values; Kafka header values are bytes, so any string survives as is):
+One envelope: its fields travel in headers (as on NATS), the value is the device's
+payload, untouched. Headers (UTF-8 values; Kafka header values are bytes, so any string
+survives as is):
 
 - ``Shoal-Msg-Id``       message_id
 - ``Shoal-Project``      project_id
@@ -11,24 +13,37 @@ Headers (UTF-8 values; Kafka header values are bytes, so any string survives as 
 - ``Shoal-Received-At``  received_at (``repr`` of the float: exact round trip)
 - ``Shoal-Kind``         ``announce`` or ``data``
 
+A pack (the envelopes of one publish that share kind, partition, project and gateway):
+the value is ``core.packing.encode_pack`` of the parts (their fields and payloads), the
+headers are ``Shoal-Pack: 1``, ``Shoal-Msg-Id`` the pack's id (``pack_id``),
+``Shoal-Project`` and ``Shoal-Partition`` (so tools that read headers still see where it
+belongs). ``unpack`` gives every part; its parts share the record's offset. A pack of one is
+a plain record, so records written before packs decode as they did. A record that says it
+is a pack but does not decode as one is taken as one foreign message (``decode``).
+
 Dead letters add ``Shoal-Dead-Reason``, ``Shoal-Dead-Attempts`` and ``Shoal-Source``
-(``topic/partition/offset`` of the original record). A replayed dead letter carries
-``Shoal-Replay`` (its dead-letter offset): subscriptions then tell it from a duplicate of
-the original (``dedupe_key``). A record settling dead letters carries ``Shoal-Dead-Settles``
-(their offsets, comma-separated) and no envelope.
+(``topic/partition/offset`` of the original record). A part of a pack is dead-lettered
+alone, as a plain record: the parts of one pack share ``Shoal-Source``, and each letter is
+told apart by its own message id and its offset in the dead-letter topic. A replayed dead
+letter carries ``Shoal-Replay`` (its dead-letter offset): subscriptions then tell it from a
+duplicate of the original (``dedupe_key``). A record settling dead letters carries
+``Shoal-Dead-Settles`` (their offsets, comma-separated) and no envelope.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from core.messages import Envelope, MessageKind, is_valid_project_id
+from core.packing import PackError, decode_pack, encode_pack, pack_id
 
 __all__ = [
     "H_DEAD_ATTEMPTS",
     "H_DEAD_REASON",
     "H_MSG_ID",
+    "H_PACK",
     "H_REPLAY",
     "H_SETTLES",
     "H_SOURCE",
@@ -37,6 +52,7 @@ __all__ = [
     "dedupe_key",
     "encode",
     "envelope_headers",
+    "unpack",
 ]
 
 H_MSG_ID = "Shoal-Msg-Id"
@@ -51,8 +67,11 @@ H_DEAD_ATTEMPTS = "Shoal-Dead-Attempts"
 H_SOURCE = "Shoal-Source"
 H_REPLAY = "Shoal-Replay"
 H_SETTLES = "Shoal-Dead-Settles"
+H_PACK = "Shoal-Pack"
 
 Headers = list[tuple[str, bytes]]
+
+log = logging.getLogger("shoal.adapters.kafka")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +82,30 @@ class Encoded:
     headers: Headers
 
 
-def encode(envelope: Envelope, partitions: int) -> Encoded:
-    """The record for ``envelope``; ``ValueError`` on an unsafe project id, an empty message
-    id, or a partition outside the topic's ``partitions``."""
-    if not is_valid_project_id(envelope.project_id):
-        raise ValueError(f"project_id {envelope.project_id!r} is not one safe subject token")
-    if not 0 <= envelope.partition < partitions:
-        raise ValueError(f"partition {envelope.partition} is outside 0..{partitions - 1}")
-    if not envelope.message_id:
+def encode(parts: Sequence[Envelope], partitions: int) -> Encoded:
+    """The record of ``parts``: one envelope as a plain record, several as a pack (they
+    share kind, partition, project and gateway: ``core.packing.packed`` made them).
+    ``ValueError`` on an unsafe project id, an empty message id, or a partition outside the
+    topic's ``partitions``."""
+    if not parts:
+        raise ValueError("a record holds at least one message")
+    first = parts[0]
+    if not is_valid_project_id(first.project_id):
+        raise ValueError(f"project_id {first.project_id!r} is not one safe subject token")
+    if not 0 <= first.partition < partitions:
+        raise ValueError(f"partition {first.partition} is outside 0..{partitions - 1}")
+    if not all(part.message_id for part in parts):
         raise ValueError("message_id is empty")
-    return Encoded(
-        envelope.partition,
-        envelope.project_id.encode(),
-        envelope.payload,
-        envelope_headers(envelope),
-    )
+    key = first.project_id.encode()
+    if len(parts) == 1:
+        return Encoded(first.partition, key, first.payload, envelope_headers(first))
+    headers = [
+        (H_PACK, b"1"),
+        (H_MSG_ID, pack_id(parts).encode()),
+        (H_PROJECT, key),
+        (H_PARTITION, str(first.partition).encode()),
+    ]
+    return Encoded(first.partition, key, encode_pack(parts), headers)
 
 
 def envelope_headers(envelope: Envelope) -> Headers:
@@ -99,6 +127,36 @@ def dedupe_key(headers: Iterable[tuple[str, bytes]] | None, message_id: str) -> 
         if name == H_REPLAY:
             return f"{message_id}|replay:{(raw or b'').decode(errors='replace')}"
     return message_id
+
+
+def unpack(
+    headers: Iterable[tuple[str, bytes]] | None,
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    partition: int,
+    fallback_id: str,
+    fallback_time: float,
+) -> list[Envelope]:
+    """The envelopes of a stored record: a pack's parts in their order, else the one
+    envelope ``decode`` gives (also for a record that claims to be a pack and is not a whole
+    one: it is delivered as it is, and dead-lettered by whoever cannot process it)."""
+    headers = list(headers or ())
+    if (H_PACK, b"1") in headers and value:
+        try:
+            return decode_pack(value)
+        except PackError as exc:
+            log.warning("%s is not a whole pack (%s): taken as one message", fallback_id, exc)
+    return [
+        decode(
+            headers,
+            key,
+            value,
+            partition=partition,
+            fallback_id=fallback_id,
+            fallback_time=fallback_time,
+        )
+    ]
 
 
 def decode(

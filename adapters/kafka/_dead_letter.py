@@ -3,10 +3,13 @@
 The subscription copies such a record to the dead-letter topic (``shoal.dlq`` by default;
 key the project id, value the payload, the envelope headers plus ``Shoal-Dead-Reason``,
 ``Shoal-Dead-Attempts`` and ``Shoal-Source``), waits until Kafka confirmed the copy, then
-settles the original (the commit moves past it), then runs the hook
+settles the original (the commit moves past it once every part of its record is settled),
+then runs the hook
 (``log_dead_letter`` by default) and counts it. A copy made twice (a crash between the
 copy and the commit) is two records in the dead-letter topic with the same
-``Shoal-Msg-Id``.
+``Shoal-Msg-Id``. A part of a pack is copied alone, as a plain record with its own
+``Shoal-Msg-Id``; the parts of one pack share ``Shoal-Source``, so a letter is known by its
+message id and its own offset in the dead-letter topic, never by its source.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ the handlers' progress is untouched), takes the partition's end offset, and seek
 window's start offset, or by time with ``offsets_for_times`` (the first record whose
 timestamp is at or after the start, in milliseconds: the window is checked here on each
 record's timestamp). It reads until the window's end, or the end offset taken at the
-start, so a read ends while publishing goes on.
+start, so a read ends while publishing goes on. A pack record yields each of its
+messages, in their order, all at the record's offset and time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import anyio
 
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaConsumer, KafkaError, TopicPartition, stop_quietly
-from adapters.kafka._codec import decode
+from adapters.kafka._codec import unpack
 from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
 from core.errors import BrokerUnavailableError
@@ -99,16 +100,16 @@ class KafkaHistory(Lifecycle):
                 return
             if place is Place.BEFORE:
                 continue
-            envelope = decode(
+            for envelope in unpack(
                 record.headers,
                 record.key,
                 record.value,
                 partition=partition,
                 fallback_id=f"{s.topic}:{partition}:{record.offset}",
                 fallback_time=stored_at,
-            )
-            if project_id in (None, envelope.project_id):
-                yield StoredMessage(envelope, int(record.offset), stored_at)
+            ):
+                if project_id in (None, envelope.project_id):
+                    yield StoredMessage(envelope, int(record.offset), stored_at)
 
     # -- helpers ---------------------------------------------------------------------
 

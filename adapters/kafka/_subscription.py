@@ -2,22 +2,34 @@
 
 Kafka has offsets, not per-message acks. A subscription ``assign()``s exactly its partition
 (no group membership: the group id only names where offsets are committed), starts at the
-committed offset, and emulates the port's per-message semantics on top (the ``Settlements``):
+committed offset, and emulates the port's per-message semantics on top (the ``Settlements``).
+
+A record is one message, or a pack of several (``core.packing``, ``_codec.unpack``): each
+part is a delivery of its own, at the record's offset, settled, kept alive, expired and
+redelivered on its own; the offset is settled once its last part is (acked,
+dead-lettered, or skipped as a duplicate). Settlements are per offset, so after a close
+or a crash every part of a record not wholly settled comes again, acked ones too (the
+landed table settles each message at its position by its id: ``core.table``). Below,
+"record" reads "every part of the record" for settling and "each part" for delivering.
 
 - ``ack(deliveries)`` settles their offsets and commits the lowest unsettled offset (every
   offset below it is settled), with the settlements in the commit's metadata: one commit
-  per bulk ack. It returns once the commit is confirmed; a commit that fails raises
-  ``BrokerUnavailableError`` (the records are settled locally and the next commit carries
-  them; if none happens they are redelivered: at-least-once).
-- the ack deadline: the subscription keeps every delivered, unsettled record in memory (at
-  most ``max_ack_pending``; it stops reading the partition while full) and hands it out
+  per bulk ack (none when no offset became settled). It returns once the commit is
+  confirmed; a commit that fails raises ``BrokerUnavailableError`` (the records are settled
+  locally and the next commit carries them; if none happens they are redelivered:
+  at-least-once).
+- the ack deadline: the subscription keeps every delivered, unsettled message in memory
+  (at most ``max_ack_pending``, plus the parts of the records of one read; it stops
+  reading the partition while full, and hands out no more than a fetch asks for: the
+  rest of a pack waits for the next fetch, its ack deadline not started) and hands it out
   again, with ``attempt + 1``, once ``ack_wait`` has passed without a settlement or a
   ``keep_alive``. Chosen over seeking the consumer back to the lowest unacked offset: a
   seek re-reads (and would redeliver or have to filter) every later record, acked or in
   flight. Records are immutable, so a copy in memory is the record. Deadlines are acted on
   when somebody fetches (as on NATS and in the memory adapter).
-- ``dead_letter(reason)``: the record is copied to the dead-letter topic, then settled (so
-  the commit moves past it), then the hook runs.
+- ``dead_letter(reason)``: the message (a pack's part alone) is copied to the dead-letter
+  topic, then settled (the commit moves past its offset once the record is), then the
+  hook runs.
 - delivery counts are committed too (with ``track_deliveries``), before the fetch that
   made them returns, so a subscriber that takes the partition over (a handoff, a restart
   after a crash) delivers the records handed out before with ``attempt`` 2 and up, and a
@@ -29,8 +41,10 @@ committed offset, and emulates the port's per-message semantics on top (the ``Se
   of their budget spent); ``close()`` commits the exact counts, less one delivery of
   every record it gives back unsettled (an excusal, see ``Settlements``): a handoff or a
   lost lease spends no attempt, a crash does. The subscription itself redelivers without
-  bound.
-- duplicates: Kafka has no message-id de-duplication. A record whose message id was seen
+  bound. Counts are per offset: a record's count is that of its most delivered part (a
+  part's own redeliveries within a subscription count only its own expiries; after a
+  handoff or a crash, the record's parts come back with the record's count).
+- duplicates: Kafka has no message-id de-duplication. A message (a part) whose id was seen
   at another offset of this partition within ``duplicate_window`` (by record timestamps;
   the last ``duplicate_cache`` ids) is settled without being delivered. The transport
   also skips re-publishing ids it already stored. A duplicate that reaches another
@@ -69,7 +83,7 @@ from adapters.kafka._aiokafka import (
     ProducerFenced,
     stop_quietly,
 )
-from adapters.kafka._codec import decode, dedupe_key
+from adapters.kafka._codec import dedupe_key, unpack
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
@@ -89,24 +103,33 @@ DELIVERY_RESERVE = 2_000
 log = logging.getLogger("shoal.adapters.kafka")
 
 
+_Key = tuple[int, int]  # (offset, the part's place in its record)
+
+
 @dataclass(slots=True, eq=False)
 class _Entry:
-    """One delivered, unsettled record (in flight, or waiting for its redelivery)."""
+    """One read, unsettled message: a record, or one part of a pack (in flight, or waiting
+    for its first delivery or its redelivery)."""
 
     offset: int
+    part: int  # its place in the record: 0 for a plain record
     envelope: Envelope
-    attempt: int
+    attempt: int  # of its last delivery (before the first: one less than the first's)
     token: int = 0  # changes on every delivery and expiry: stale settlements are no-ops
     inflight: bool = False
     busy: bool = False  # dead_letter() is copying it to the dead-letter topic
-    due: float = 0.0  # in flight: the ack deadline; waiting: when it is ready again
+    due: float = 0.0  # in flight: the ack deadline
+
+    @property
+    def key(self) -> _Key:
+        return (self.offset, self.part)
 
 
 class KafkaDelivery:
-    """One fetched record, settled by the subscription's bulk ``ack`` or by
-    ``dead_letter``: the first settlement wins, later ones are no-ops. Settling a delivery
-    that expired or was redelivered since (a stale one) is a no-op, as in the memory
-    adapter."""
+    """One fetched message (a record, or a part of a pack), settled by the subscription's
+    bulk ``ack`` or by ``dead_letter``: the first settlement wins, later ones are no-ops.
+    Settling a delivery that expired or was redelivered since (a stale one) is a no-op, as
+    in the memory adapter."""
 
     __slots__ = ("_attempt", "_entry", "_settled", "_sub", "_token")
 
@@ -127,7 +150,7 @@ class KafkaDelivery:
 
     @property
     def position(self) -> int:
-        """The record's offset."""
+        """The record's offset (shared by the parts of a pack)."""
         return self._entry.offset
 
     async def dead_letter(self, reason: DeadLetterReason) -> None:
@@ -174,9 +197,10 @@ class KafkaSubscription:
         self.log_id = log_id
         self._dead = dead
         self._on_close = on_close
-        self._entries: dict[int, _Entry] = {}
-        self._timed: list[tuple[float, int, int]] = []  # heap of (due, offset, token)
-        self._ready: list[int] = []  # heap of offsets
+        self._entries: dict[_Key, _Entry] = {}
+        self._unsettled: dict[int, int] = {}  # offset -> its parts in _entries
+        self._timed: list[tuple[float, int, int, int]] = []  # heap of (due, offset, part, token)
+        self._ready: list[_Key] = []  # heap of the messages to hand out
         self._recent: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (offset, ts)
         self._commit_lock = anyio.Lock()
         self._version = 0  # bumped on every settlements change
@@ -192,7 +216,8 @@ class KafkaSubscription:
     # -- fetch -------------------------------------------------------------------------
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
-        """Up to ``max_messages`` deliveries (redeliveries first, by offset), [] when none
+        """Up to ``max_messages`` deliveries (by offset and part: redeliveries and the rest of
+        a pack first), [] when none
         came within ``timeout`` (also while the broker is unreachable). Raises
         ``anyio.ClosedResourceError`` after close()."""
         if self._closed:
@@ -208,7 +233,8 @@ class KafkaSubscription:
             room = min(max_messages - len(out), self._s.max_ack_pending - len(self._entries))
             if room > 0:
                 wait = 0.0 if out else self._wake_at(deadline) - anyio.current_time()
-                out.extend(self._admit(await self._read(room, wait)))
+                self._admit(await self._read(room, wait))
+                out.extend(self._take_ready(max_messages - len(out)))
             elif not out:
                 await self._sleep(self._wake_at(deadline) - anyio.current_time())
             if out:
@@ -261,12 +287,11 @@ class KafkaSubscription:
         if self._wake is not None:
             self._wake.cancel()
 
-    def _admit(self, records: list[Any]) -> list[Delivery]:
-        """Deliver fresh records: skip settled offsets and duplicates; a record delivered
-        before (by an earlier subscriber) comes with its next attempt."""
+    def _admit(self, records: list[Any]) -> None:
+        """Make fresh records ready to hand out, each part on its own: skip settled offsets
+        and duplicates; a record delivered before (by an earlier subscriber) comes with its
+        next attempt."""
         settlements = self._settlements
-        out: list[Delivery] = []
-        now = anyio.current_time()
         for r in records:
             o = int(r.offset)
             if o < settlements.read_to:
@@ -278,16 +303,21 @@ class KafkaSubscription:
             settlements.read_to = o + 1
             if settlements.is_settled(o):
                 continue  # acked out of order by an earlier subscriber
-            envelope = decode(
+            timestamp = int(r.timestamp or 0)
+            parts = unpack(
                 r.headers,
                 r.key,
                 r.value,
                 partition=self.partition,
                 fallback_id=f"{self._s.topic}:{self.partition}:{o}",
-                fallback_time=(r.timestamp or 0) / 1000,
+                fallback_time=timestamp / 1000,
             )
-            key = dedupe_key(r.headers, envelope.message_id)
-            if self._duplicate(key, o, int(r.timestamp or 0)):
+            fresh = [
+                (part, envelope)
+                for part, envelope in enumerate(parts)
+                if not self._duplicate(dedupe_key(r.headers, envelope.message_id), o, timestamp)
+            ]
+            if not fresh:
                 settlements.settle(o)
                 self._version += 1
                 continue
@@ -296,11 +326,10 @@ class KafkaSubscription:
             attempt = settlements.delivered(o)
             if self._s.track_deliveries and (attempt > 1 or o >= self._reserved or excused):
                 self._version += 1
-            entry = _Entry(o, envelope, attempt, token=1, inflight=True, due=now + self._s.ack_wait)
-            self._entries[o] = entry
-            heapq.heappush(self._timed, (entry.due, o, entry.token))
-            out.append(KafkaDelivery(self, entry))
-        return out
+            self._unsettled[o] = len(fresh)
+            for part, envelope in fresh:
+                self._entries[o, part] = _Entry(o, part, envelope, attempt - 1)
+                heapq.heappush(self._ready, (o, part))
 
     def _duplicate(self, key: str, offset: int, timestamp: int) -> bool:
         s = self._s
@@ -320,35 +349,39 @@ class KafkaSubscription:
         return False
 
     def _expire(self) -> None:
-        """Act on every deadline passed: the record is ready again."""
+        """Act on every deadline passed: the message is ready again."""
         now = anyio.current_time()
         while self._timed and self._timed[0][0] <= now:
-            _, o, token = heapq.heappop(self._timed)
-            entry = self._entries.get(o)
+            _, o, part, token = heapq.heappop(self._timed)
+            entry = self._entries.get((o, part))
             if entry is None or entry.token != token or entry.busy:
                 continue  # settled, superseded, or being terminated
             if entry.inflight and entry.due > now:  # kept alive since
-                heapq.heappush(self._timed, (entry.due, o, token))
+                heapq.heappush(self._timed, (entry.due, o, part, token))
                 continue
             entry.inflight = False
             entry.token += 1
-            heapq.heappush(self._ready, o)
+            heapq.heappush(self._ready, entry.key)
 
     def _take_ready(self, n: int) -> list[Delivery]:
+        """Hand out up to ``n`` ready messages, each with its next attempt: the offset's
+        count grows when a part is delivered more often than any part before it."""
         out: list[Delivery] = []
         now = anyio.current_time()
+        settlements = self._settlements
         while self._ready and len(out) < n:
-            o = heapq.heappop(self._ready)
-            entry = self._entries.get(o)
+            entry = self._entries.get(heapq.heappop(self._ready))
             if entry is None or entry.inflight or entry.busy:
                 continue
-            entry.attempt = self._settlements.delivered(o)
-            if self._s.track_deliveries:
-                self._version += 1
+            entry.attempt += 1
+            if entry.attempt > settlements.count(entry.offset):
+                entry.attempt = settlements.delivered(entry.offset)
+                if self._s.track_deliveries:
+                    self._version += 1
             entry.token += 1
             entry.inflight = True
             entry.due = now + self._s.ack_wait
-            heapq.heappush(self._timed, (entry.due, o, entry.token))
+            heapq.heappush(self._timed, (entry.due, entry.offset, entry.part, entry.token))
             out.append(KafkaDelivery(self, entry))
         return out
 
@@ -384,17 +417,23 @@ class KafkaSubscription:
     def _holds(self, entry: _Entry, token: int) -> bool:
         return (
             not self._closed
-            and self._entries.get(entry.offset) is entry
+            and self._entries.get(entry.key) is entry
             and entry.token == token
             and entry.inflight
             and not entry.busy
         )
 
     def _settle(self, entry: _Entry) -> None:
-        self._entries.pop(entry.offset, None)
+        """Settle one message; its offset once it was the record's last unsettled part."""
+        del self._entries[entry.key]
         entry.inflight = False
         entry.busy = False
         entry.token += 1
+        left = self._unsettled[entry.offset] - 1
+        if left:
+            self._unsettled[entry.offset] = left
+            return
+        del self._unsettled[entry.offset]
         self._settlements.settle(entry.offset)
         self._version += 1
 
@@ -414,7 +453,7 @@ class KafkaSubscription:
         except BaseException:
             entry.busy = False
             if entry.due <= anyio.current_time():  # its deadline passed while busy
-                heapq.heappush(self._timed, (entry.due, entry.offset, entry.token))
+                heapq.heappush(self._timed, (entry.due, entry.offset, entry.part, entry.token))
             raise
         self._settle(entry)
         try:
@@ -522,7 +561,7 @@ class KafkaSubscription:
         if self._closed:
             return
         self._closed = True
-        for offset in self._entries:
+        for offset in self._unsettled:
             self._settlements.excuse(offset)
         self._version += 1
         self._on_close(self)

@@ -23,7 +23,7 @@ from adapters.kafka._aiokafka import (
     TopicPartition,
     stop_quietly,
 )
-from adapters.kafka._codec import Encoded, encode
+from adapters.kafka._codec import encode
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
@@ -32,6 +32,7 @@ from adapters.kafka._subscription import KafkaSubscription
 from core.errors import BrokerUnavailableError, PublishError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
+from core.packing import packed
 from core.partitioning import partition_for
 from core.ports import Subscription
 
@@ -181,52 +182,53 @@ class KafkaTransport(Lifecycle):
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         """Send every envelope to its partition (``envelope.partition``: the same number as
-        on NATS) and return once Kafka confirmed all of them (acks=all, idempotent
-        producer); at most ``max_pending_sends`` unconfirmed at a time.
+        on NATS), the envelopes that share a subject as one record (a pack,
+        ``core.packing``), and return once Kafka confirmed all of them (acks=all,
+        idempotent producer); at most ``max_pending_sends`` records unconfirmed at a time.
 
         Kafka does not de-duplicate by message id (idempotence covers the producer's own
-        retries only): message ids this transport stored within ``duplicate_window`` are
-        not sent again, and subscriptions skip a copy that still got in (see
-        ``_subscription``). Raises ``ValueError`` before sending anything when an envelope
-        cannot be encoded, ``PublishError`` naming how many were not confirmed within
-        ``publish_timeout`` (those may still be stored: retry with the same ids).
+        retries only): a pack whose message ids this transport all stored within
+        ``duplicate_window`` is not sent again, and subscriptions skip a message that still
+        got in twice (see ``_subscription``). Raises ``ValueError`` before sending anything
+        when an envelope cannot be encoded, ``PublishError`` naming how many messages were
+        not confirmed within ``publish_timeout`` (those may still be stored: retry with the
+        same ids).
         """
         if not envelopes:
             return
         producer = self._started(self._producer)
         s = self.settings
-        encoded = [encode(e, s.partitions) for e in envelopes]
-        now = anyio.current_time()
-        self._forget_stored(now)
-        todo: dict[str, Encoded] = {}
-        for e, enc in zip(envelopes, encoded, strict=True):
-            if e.message_id not in self._stored and e.message_id not in todo:
-                todo[e.message_id] = enc
+        records = [(pack, encode(pack, s.partitions)) for pack in packed(envelopes)]
+        self._forget_stored(anyio.current_time())
+        todo = [
+            (pack, record)
+            for pack, record in records
+            if any(part.message_id not in self._stored for part in pack)
+        ]
         if not todo:
             await anyio.lowlevel.checkpoint()
             return
-        total = len(envelopes)
-        futures: dict[asyncio.Future[Any], str] = {}
+        futures: dict[asyncio.Future[Any], Sequence[Envelope]] = {}
         pending: set[asyncio.Future[Any]] = set()
         error: BaseException | None = None
-        sent = 0
+        unsent = sum(len(pack) for pack, _ in todo)
         try:
             with anyio.move_on_after(s.publish_timeout):
-                for message_id, enc in todo.items():
+                for pack, record in todo:
                     if len(pending) >= s.max_pending_sends:
                         _, pending = await asyncio.wait(
                             pending, return_when=asyncio.FIRST_COMPLETED
                         )
                     fut = await producer.send(
                         s.topic,
-                        enc.value,
-                        key=enc.key,
-                        partition=enc.partition,
-                        headers=enc.headers,
+                        record.value,
+                        key=record.key,
+                        partition=record.partition,
+                        headers=record.headers,
                     )
-                    futures[fut] = message_id
+                    futures[fut] = pack
                     pending.add(fut)
-                    sent += 1
+                    unsent -= len(pack)
                 if pending:
                     await asyncio.wait(pending)
         except KafkaError as exc:
@@ -235,21 +237,22 @@ class KafkaTransport(Lifecycle):
             for fut in futures:
                 if not fut.done():
                     fut.cancel()  # does not stop the send; only our wait for it
-        failed = len(todo) - sent
+        failed = unsent
         stored_at = anyio.current_time()
-        for fut, message_id in futures.items():
+        for fut, pack in futures.items():
             if fut.cancelled():
-                failed += 1
+                failed += len(pack)
             elif (failure := fut.exception()) is not None:
-                failed += 1
+                failed += len(pack)
                 error = error or failure
             else:
-                self._stored[message_id] = stored_at
+                for part in pack:
+                    self._stored[part.message_id] = stored_at
         self._trim_stored()
         if failed:
             reason = f"{error!r}" if error else f"no confirmation within {s.publish_timeout} s"
             raise PublishError(
-                f"{failed} of {total} messages not confirmed by topic {s.topic}: {reason}"
+                f"{failed} of {len(envelopes)} messages not confirmed by topic {s.topic}: {reason}"
             )
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:

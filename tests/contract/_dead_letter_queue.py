@@ -95,6 +95,32 @@ class DeadLetterQueueContract:
         assert list(await sub.fetch(5, 1.0)) == [], "replayed more than once"
         await sub.close()
 
+    async def test_pack_one_message_of_a_request_dies_alone_and_is_replayed_alone(
+        self, transport: ClosableTransport, queue: DeadLetterQueue
+    ) -> None:
+        """Envelopes published at once may be stored as one pack (``core.packing``), whose
+        parts share a position: dead-lettering two of its messages stores each alone,
+        under its own message id, and replay and purge act on one of them only."""
+        sent = [envelope(8, "dev-1", s) for s in range(1, 21)]
+        poison, other = sent[4], sent[11]
+        await transport.publish(sent)
+        sub = await transport.open(8, "h1")
+        got = await fetch_n(sub, len(sent))
+        for delivery in got:
+            if delivery.envelope in (poison, other):
+                await delivery.dead_letter("unprocessable")
+        await sub.ack(got)
+        assert [letter.envelope for letter in await queue.letters()] == [poison, other]
+        assert await queue.replay([poison.message_id]) == 1
+        assert [letter.envelope for letter in await queue.letters()] == [other]
+        (back,) = await fetch_n(sub, 1)
+        assert back.envelope == poison
+        await sub.ack([back])
+        assert list(await sub.fetch(5, 1.0)) == [], "replayed more than once, or another part"
+        await sub.close()
+        assert await queue.purge([other.message_id]) == 1
+        assert list(await queue.letters()) == []
+
     async def test_a_replayed_letter_that_dies_again_is_listed_again(
         self, transport: ClosableTransport, queue: DeadLetterQueue
     ) -> None:

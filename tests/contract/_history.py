@@ -31,7 +31,7 @@ from tests.contract._transport import (
     TransportFactory,
     envelope,
     fetch_n,
-    publish_apart,
+    publish_each,
 )
 
 HistoryFactory = Callable[[ClosableTransport], AbstractAsyncContextManager[History]]
@@ -86,11 +86,11 @@ class HistoryContract:
             envelope(P, "projX", 5),
         ]
         after = [envelope(P, "projY", s) for s in (3, 4)]
-        await publish_apart(transport, [*before, envelope(OTHER, "projX", 1)])
+        await publish_each(transport, [*before, envelope(OTHER, "projX", 1)])
         await anyio.sleep(SEPARATION)
-        await publish_apart(transport, [middle[0], envelope(OTHER, "projX", 2), *middle[1:]])
+        await publish_each(transport, [middle[0], envelope(OTHER, "projX", 2), *middle[1:]])
         await anyio.sleep(SEPARATION)
-        await publish_apart(transport, after)
+        await publish_each(transport, after)
         stored = await read(history, P, Window(AtPosition(0)))
         assert [m.envelope for m in stored] == [*before, *middle, *after]
         slices = Slices(before, middle, after, stored)
@@ -156,7 +156,8 @@ class HistoryContract:
     async def test_a_read_leaves_the_consumers_progress_alone(
         self, transport: ClosableTransport, history: History, slices: Slices
     ) -> None:
-        assert await transport.backlog(P) == len(slices.stored)
+        # a backlog counts broker messages: those published together may be one (a pack)
+        assert await transport.backlog(P) == len({m.position for m in slices.stored})
         sub = await transport.open(P, "h1")
         try:
             deliveries = await fetch_n(sub, len(slices.stored))

@@ -89,13 +89,6 @@ def envelope(
     )
 
 
-async def publish_apart(transport: Transport, envelopes: list[Envelope]) -> None:
-    """Publish one envelope at a time, so that each is a stored message of its own (one
-    publish may store the envelopes that share a subject as one pack, at one position)."""
-    for one in envelopes:
-        await transport.publish([one])
-
-
 async def fetch_n(sub: Subscription, n: int, *, limit: float = LIMIT) -> list[Delivery]:
     """Exactly ``n`` deliveries (fails after ``limit`` seconds)."""
     got: list[Delivery] = []
@@ -104,6 +97,14 @@ async def fetch_n(sub: Subscription, n: int, *, limit: float = LIMIT) -> list[De
             got.extend(await sub.fetch(n - len(got), 0.5))
     assert len(got) == n
     return got
+
+
+async def publish_each(transport: Transport, envelopes: list[Envelope]) -> None:
+    """One publish per envelope, so each gets a position of its own: envelopes published
+    together may share one (a pack, ``core.packing``) and are then settled together at the
+    broker."""
+    for e in envelopes:
+        await transport.publish([e])
 
 
 async def fetch_none(sub: Subscription, seconds: float) -> None:
@@ -208,9 +209,9 @@ class TransportContract:
         self, transport: ClosableTransport
     ) -> None:
         sent = [envelope(2, "pos", i) for i in range(1, 21)]
-        await publish_apart(transport, sent[:10])
+        await publish_each(transport, sent[:10])
         await transport.publish([envelope(5, "other", i) for i in range(1, 6)])  # interleaved
-        await publish_apart(transport, sent[10:])
+        await publish_each(transport, sent[10:])
         sub = await transport.open(2, "h1")
         got = await fetch_n(sub, 20)
         positions = {d.envelope.message_id: d.position for d in got}
@@ -228,7 +229,7 @@ class TransportContract:
         self, transport: ClosableTransport
     ) -> None:
         sent = [envelope(4, "floor", i) for i in range(1, 11)]
-        await publish_apart(transport, sent)
+        await publish_each(transport, sent)
         sub = await transport.open(4, "h1")
         got = sorted(await fetch_n(sub, 10), key=lambda d: d.position)
         before = await sub.acked_below()
@@ -348,6 +349,113 @@ class TransportContract:
         assert d.envelope == other
         await sub.ack([d])
 
+    # -- packs: a request's envelopes published at once ------------------------------------
+    # A transport may store the envelopes of one publish that share a subject as one broker
+    # message (a pack, ``core.packing``): every part a delivery of its own, at the pack's
+    # position, the pack settled at the broker once every part is. These checks hold the
+    # port's promises whether or not the adapter packs (the memory transport does not), so
+    # they say nothing of positions and allow an acked part to come back while its pack is
+    # not wholly settled.
+
+    async def test_pack_request_published_at_once_is_delivered_once_each_and_settled_by_acks(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        await transport.publish(sent)  # a retry of the request after a lost confirmation
+        sub = await transport.open(11, "h1")
+        got = await fetch_n(sub, 50)
+        assert [d.envelope for d in got] == sent
+        assert [d.attempt for d in got] == [1] * 50
+        await sub.ack(got)
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+        assert await transport.oldest_unacked(11) is None
+        await sub.close()
+        await fetch_none(await transport.open(11, "h2"), 0.5)
+
+    async def test_pack_fetches_smaller_than_the_request_hand_out_each_message_once(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        sub = await transport.open(11, "h1")
+        got: list[Delivery] = []
+        with anyio.fail_after(LIMIT):
+            while len(got) < len(sent):
+                batch = await sub.fetch(7, 0.5)
+                assert len(batch) <= 7
+                got.extend(batch)
+        assert [d.envelope for d in got] == sent
+        positions = [d.position for d in got]
+        assert positions == sorted(positions), "a partition keeps its publish order"
+        await sub.ack(got)
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+
+    async def test_pack_acking_only_some_brings_the_others_back_after_ack_wait(
+        self, transport: ClosableTransport
+    ) -> None:
+        if not self.features.redelivery_after_ack_wait:
+            not_applicable("adapter has no per-message ack_wait")
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        sub = await transport.open(11, "h1")
+        got = await fetch_n(sub, 50)
+        await sub.ack(got[::2])
+        unacked = {d.envelope for d in got[1::2]}
+        back: set[Envelope] = set()
+        with anyio.fail_after(ACK_WAIT + LIMIT):
+            while not unacked <= back:  # the acked ones may come too
+                again = await sub.fetch(50, 0.5)
+                assert {d.envelope for d in again} <= set(sent)
+                assert all(d.attempt == 2 for d in again if d.envelope in unacked)
+                back |= {d.envelope for d in again}
+                await sub.ack(again)
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+
+    async def test_pack_acking_only_some_brings_the_others_to_the_next_subscriber(
+        self, transport: ClosableTransport
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        old = await transport.open(11, "h1")
+        got = await fetch_n(old, 50)
+        await old.ack(got[:30])
+        await old.close()
+        new = await transport.open(11, "h2")
+        back: list[Delivery] = []
+        with anyio.fail_after(ACK_WAIT + LIMIT):
+            while not set(sent[30:]) <= {d.envelope for d in back}:  # the acked may come too
+                back.extend(await new.fetch(50, 0.5))
+        assert {d.envelope for d in back} <= set(sent)
+        assert len(back) == len({d.envelope for d in back}), "each once"
+        assert all(d.attempt == 1 for d in back), "a close excuses what it gives back"
+        await new.ack(back)
+        await fetch_none(new, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+
+    async def test_pack_dead_lettering_one_and_acking_the_rest_stores_it_alone_once(
+        self, transport: ClosableTransport, dead: DeadLetterLog
+    ) -> None:
+        sent = [envelope(11, "dev-1", i) for i in range(1, 51)]
+        poison = sent[17]
+        await transport.publish(sent)
+        sub = await transport.open(11, "h1")
+        got = await fetch_n(sub, 50)
+        (doomed,) = [d for d in got if d.envelope == poison]
+        await doomed.dead_letter("unprocessable")
+        await doomed.dead_letter("unprocessable")
+        await sub.ack(got)
+        assert dead.items == [(poison, "unprocessable", 1)]
+        assert transport.dead_letters == 1
+        await fetch_none(sub, ACK_WAIT * 1.5)
+        assert await transport.backlog(11) == 0
+        await sub.close()
+        await fetch_none(await transport.open(11, "h2"), 0.5)
+        assert dead.items == [(poison, "unprocessable", 1)]
+
     # -- partitions and subscriptions ----------------------------------------------------
 
     async def test_partitions_are_isolated_when_several_are_used(
@@ -371,7 +479,7 @@ class TransportContract:
         self, transport: ClosableTransport
     ) -> None:
         sent = [envelope(4, "a", i) for i in range(1, 4)]
-        await publish_apart(transport, sent)
+        await publish_each(transport, sent)
         old = await transport.open(4, "h1")
         got = await fetch_n(old, 3)
         await old.ack(got[:1])
@@ -445,7 +553,7 @@ class TransportContract:
         dead = DeadLetterLog()
         sent = [envelope(5, "a", i) for i in range(1, 6)]
         async with make_transport_at(dead, "ha") as a, make_transport_at(dead, "hb") as b:
-            await publish_apart(a, sent)
+            await publish_each(a, sent)
             sub_a = await a.open(5, "ha")
             got_a = await fetch_n(sub_a, 5)
             await sub_a.ack(got_a)
@@ -492,7 +600,7 @@ class TransportContract:
         self, transport: ClosableTransport
     ) -> None:
         assert await transport.backlog(5) == 0
-        await publish_apart(transport, [envelope(5, "a", i) for i in range(1, 6)])
+        await publish_each(transport, [envelope(5, "a", i) for i in range(1, 6)])
         await transport.publish([envelope(5, "z", 1, MessageKind.ANNOUNCE)])
         await transport.publish([envelope(6, "a", 1)])
         assert await transport.backlog(5) == 6  # before anyone opened the partition

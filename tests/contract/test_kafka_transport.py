@@ -36,6 +36,7 @@ from tests.contract._transport import (
     envelope,
     fetch_n,
     fetch_none,
+    publish_each,
 )
 
 PARTITIONS = 16  # the contract uses partitions 0..12
@@ -196,6 +197,25 @@ class TestKafkaTransport(TransportContract):
         assert headers["Shoal-Msg-Id"] == e.message_id.encode()
         assert headers["Shoal-Gateway"] == "gw 1/ü".encode()
 
+    async def test_pack_a_request_of_one_project_is_one_record_and_its_parts_share_the_offset(
+        self, transport: ClosableTransport, settings: KafkaSettings
+    ) -> None:
+        sent = [envelope(0, "projA", i) for i in range(1, 51)]
+        await transport.publish(sent)
+        (r,) = await read_topic(settings.bootstrap, settings.topic, 1)
+        headers = dict(r.headers)  # type: ignore[attr-defined]
+        assert r.key == b"projA"  # type: ignore[attr-defined]
+        assert headers["Shoal-Pack"] == b"1"
+        assert headers["Shoal-Msg-Id"] == f"pack:50:{sent[0].message_id}".encode()
+        sub = await transport.open(0, "h1")
+        got = await fetch_n(sub, 50)
+        assert {d.position for d in got} == {r.offset}  # type: ignore[attr-defined]
+        assert await transport.backlog(0) == 1  # one stored record
+        await sub.ack(got[:49])
+        assert await transport.backlog(0) == 1, "settled once every part is"
+        await sub.ack(got[49:])
+        assert await transport.backlog(0) == 0
+
     async def test_enter_fails_clearly_when_the_topic_has_another_partition_count(
         self, settings: KafkaSettings
     ) -> None:
@@ -235,7 +255,7 @@ class TestKafkaTransport(TransportContract):
         self, transport: ClosableTransport
     ) -> None:
         sent = [envelope(3, "a", i) for i in range(1, 6)]
-        await transport.publish(sent)
+        await publish_each(transport, sent)
         old = await transport.open(3, "h1")
         got = await fetch_n(old, 5)
         await old.ack([got[0], got[2], got[4]])  # 2nd and 4th stay unsettled
@@ -366,7 +386,7 @@ class TestKafkaTransport(TransportContract):
         finally:
             await committer.stop()
         fresh = [envelope(5, "a", i) for i in range(2, 6)]
-        await transport.publish(fresh)
+        await publish_each(transport, fresh)
         assert await transport.backlog(5) == 5
         subscription = await transport.open(5, "h1")
         got = await fetch_n(subscription, 5)

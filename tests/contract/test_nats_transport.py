@@ -38,7 +38,7 @@ from tests.contract._transport import (
     TransportFactory,
     envelope,
     fetch_n,
-    publish_apart,
+    publish_each,
 )
 
 
@@ -246,8 +246,8 @@ async def test_trimming_drops_what_every_consumer_acked_and_nothing_else(
     messages and no consumer yet: only the 3 go, and the 2 unacked are still delivered."""
     capped = settings.model_copy(update={"max_bytes": 1 << 20, "trim_at": 0.0001})
     async with NatsTransport(capped) as transport:
-        await publish_apart(transport, [envelope(0, sequence=i) for i in range(1, 6)])
-        await publish_apart(transport, [envelope(1, sequence=i) for i in range(1, 5)])
+        await publish_each(transport, [envelope(0, sequence=i) for i in range(1, 6)])
+        await publish_each(transport, [envelope(1, sequence=i) for i in range(1, 5)])
         first = await transport.open(0, "h1")
         got = await fetch_n(first, 5)
         await first.ack(got[:3])
@@ -266,7 +266,7 @@ async def test_below_its_trim_mark_the_stream_keeps_landed_messages_for_replay(
     settings: NatsSettings,
 ) -> None:
     async with NatsTransport(settings) as transport:  # 1 GiB cap, trim at half of it
-        await publish_apart(transport, [envelope(0, sequence=i) for i in range(1, 4)])
+        await publish_each(transport, [envelope(0, sequence=i) for i in range(1, 4)])
         sub = await transport.open(0, "h1")
         await sub.ack(await fetch_n(sub, 3))
         await sub.close()
@@ -395,7 +395,7 @@ async def test_a_cluster_name_makes_a_log_of_its_own(settings: NatsSettings) -> 
 async def test_drained_once_everything_up_to_the_mark_is_acked(settings: NatsSettings) -> None:
     async with NatsTransport(settings) as transport:
         assert await transport.drained(2, await transport.drain_mark(2)) == (True, 0)
-        await publish_apart(transport, [envelope(2, sequence=i) for i in (1, 2, 3)])
+        await publish_each(transport, [envelope(2, sequence=i) for i in (1, 2, 3)])
         mark = await transport.drain_mark(2)
         assert await transport.drained(2, mark) == (False, 3)
         subscription = await transport.open(2, "h")
