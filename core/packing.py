@@ -36,6 +36,7 @@ __all__ = [
     "is_pack",
     "pack_id",
     "packed",
+    "parts_in",
 ]
 
 PACK_MAGIC = b"SHOAL-PACK 1\n"
@@ -128,6 +129,19 @@ def encode_pack(parts: Sequence[Envelope]) -> bytes:
 
 def is_pack(body: bytes) -> bool:
     return body.startswith(PACK_MAGIC)
+
+
+def parts_in(body: bytes) -> int:
+    """How many messages a stored body holds (a pack's parts, else 1), from the pack's
+    header line alone."""
+    if not body.startswith(PACK_MAGIC):
+        return 1
+    end = body.find(b"\n", len(PACK_MAGIC))
+    try:
+        ids = json.loads(body[len(PACK_MAGIC) : end if end >= 0 else None])["ids"]
+    except (ValueError, KeyError, TypeError):
+        return 1
+    return len(ids) if isinstance(ids, list) and ids else 1
 
 
 def decode_pack(body: bytes) -> list[Envelope]:

@@ -342,9 +342,11 @@ class Transport(Protocol):
         ...
 
     async def backlog(self, partition: Partition) -> int:
-        """Messages stored for ``partition`` and not yet acked (the lag), as the broker
-        counts them: a pack (``core.packing``) counts once until every part is settled.
-        Raises ``BrokerUnavailableError`` when the broker does not answer."""
+        """Messages stored for ``partition`` and not yet acked (the lag). A pack
+        (``core.packing``) is one stored message: NATS counts the stored messages times the
+        parts of the oldest unacked one (an estimate when packs differ in size); Kafka
+        counts records, a pack once, until every part is settled. Raises
+        ``BrokerUnavailableError`` when the broker does not answer."""
         ...
 
     async def oldest_unacked(self, partition: Partition) -> float | None:

@@ -30,7 +30,7 @@ from adapters.nats._trim import ConsumerFloor, partition_floors
 from core.errors import BrokerUnavailableError, PublishError, PublishRefusedError
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
-from core.packing import MAX_PACK_BYTES, packed
+from core.packing import MAX_PACK_BYTES, packed, parts_in
 from core.ports import Subscription
 from core.server_floors import NATS_ATOMIC_BATCH, NATS_KILL_SAFE
 
@@ -383,20 +383,32 @@ class NatsTransport(Lifecycle):
             ) from exc
 
     async def _backlog(self, partition: Partition) -> int:
+        """Stored messages times the parts of the oldest one not acked: the server counts
+        a pack once, and the lag rule wants messages (a partition's packs come from
+        requests of similar size, so the oldest stands for the rest)."""
         js = self._jetstream()
         s = self.settings
+        floor = 0
         try:
             info = await js.consumer_info(
                 s.stream, self._consumer_name(partition), timeout=s.request_timeout
             )
-            return (info.num_pending or 0) + (info.num_ack_pending or 0)
         except NotFoundError:
-            pass
-        count = 0
-        for subject in self.subjects.consumer_filters(partition):
-            si = await js.stream_info(s.stream, subjects_filter=subject)
-            count += sum((si.state.subjects or {}).values())
-        return count
+            stored = 0
+            for subject in self.subjects.consumer_filters(partition):
+                si = await js.stream_info(s.stream, subjects_filter=subject)
+                stored += sum((si.state.subjects or {}).values())
+        else:
+            stored = (info.num_pending or 0) + (info.num_ack_pending or 0)
+            floor = (info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
+        if not stored:
+            return 0
+        data = self.subjects.consumer_filters(partition)[-1]
+        try:
+            oldest = await js.get_msg(s.stream, seq=floor + 1, subject=data, next=True)
+        except NotFoundError:
+            return stored
+        return stored * parts_in(oldest.data or b"")
 
     async def oldest_unacked(self, partition: Partition) -> float | None:
         """The stored time of the first message on the partition's subjects after the

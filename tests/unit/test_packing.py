@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.messages import Envelope, MessageKind
-from core.packing import PackError, decode_pack, encode_pack, is_pack, pack_id, packed
+from core.packing import PackError, decode_pack, encode_pack, is_pack, pack_id, packed, parts_in
 
 envelopes = st.builds(
     Envelope,
@@ -60,6 +60,7 @@ def test_every_pack_survives_encode_and_decode(batch: list[Envelope]) -> None:
         body = encode_pack(pack)
         assert is_pack(body)
         assert decode_pack(body) == list(pack)
+        assert parts_in(body) == len(pack)
 
 
 def test_a_request_of_one_project_is_one_pack_and_its_id_is_stable() -> None:
@@ -112,3 +113,7 @@ def _good() -> bytes:
 def test_a_broken_pack_is_refused(body: bytes) -> None:
     with pytest.raises(PackError):
         decode_pack(body)
+
+
+def test_a_plain_or_broken_body_holds_one_message() -> None:
+    assert parts_in(b'{"n": 1}') == parts_in(b"SHOAL-PACK 1\nnot json\n") == 1
