@@ -17,7 +17,7 @@ A pack (the envelopes of one publish that share kind, partition, project and gat
 the value is ``core.packing.encode_pack`` of the parts (their fields and payloads), the
 headers are ``Shoal-Pack: 1``, ``Shoal-Msg-Id`` the pack's id (``pack_id``),
 ``Shoal-Project`` and ``Shoal-Partition`` (so tools that read headers still see where it
-belongs). ``unpack`` gives every part; its parts share the record's offset. A pack of one is
+belongs). ``decode_all`` gives every part; its parts share the record's offset. A pack of one is
 a plain record, so records written before packs decode as they did. A record that says it
 is a pack but does not decode as one is taken as one foreign message (``decode``).
 
@@ -49,10 +49,10 @@ __all__ = [
     "H_SOURCE",
     "Encoded",
     "decode",
+    "decode_all",
     "dedupe_key",
     "encode",
     "envelope_headers",
-    "unpack",
 ]
 
 H_MSG_ID = "Shoal-Msg-Id"
@@ -129,7 +129,7 @@ def dedupe_key(headers: Iterable[tuple[str, bytes]] | None, message_id: str) -> 
     return message_id
 
 
-def unpack(
+def decode_all(
     headers: Iterable[tuple[str, bytes]] | None,
     key: bytes | None,
     value: bytes | None,

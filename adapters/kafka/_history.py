@@ -21,7 +21,7 @@ import anyio
 
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaConsumer, KafkaError, TopicPartition, stop_quietly
-from adapters.kafka._codec import unpack
+from adapters.kafka._codec import decode_all
 from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
 from core.errors import BrokerUnavailableError
@@ -100,7 +100,7 @@ class KafkaHistory(Lifecycle):
                 return
             if place is Place.BEFORE:
                 continue
-            for envelope in unpack(
+            for envelope in decode_all(
                 record.headers,
                 record.key,
                 record.value,

@@ -4,7 +4,7 @@ Kafka has offsets, not per-message acks. A subscription ``assign()``s exactly it
 (no group membership: the group id only names where offsets are committed), starts at the
 committed offset, and emulates the port's per-message semantics on top (the ``Settlements``).
 
-A record is one message, or a pack of several (``core.packing``, ``_codec.unpack``): each
+A record is one message, or a pack of several (``core.packing``, ``_codec.decode_all``): each
 part is a delivery of its own, at the record's offset, settled, kept alive, expired and
 redelivered on its own; the offset is settled once its last part is (acked,
 dead-lettered, or skipped as a duplicate). Settlements are per offset, so after a close
@@ -83,7 +83,7 @@ from adapters.kafka._aiokafka import (
     ProducerFenced,
     stop_quietly,
 )
-from adapters.kafka._codec import dedupe_key, unpack
+from adapters.kafka._codec import decode_all, dedupe_key
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
@@ -304,7 +304,7 @@ class KafkaSubscription:
             if settlements.is_settled(o):
                 continue  # acked out of order by an earlier subscriber
             timestamp = int(r.timestamp or 0)
-            parts = unpack(
+            parts = decode_all(
                 r.headers,
                 r.key,
                 r.value,

@@ -1,12 +1,12 @@
 """The Kafka record codec (``adapters.kafka._codec``): one envelope is a plain record, several
-of one subject a pack record whose parts ``unpack`` gives back exactly; a record that only
+of one subject a pack record whose parts ``decode_all`` gives back exactly; a record that only
 looks like a pack is one message."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.kafka._codec import H_PACK, encode, unpack
+from adapters.kafka._codec import H_PACK, decode_all, encode
 from core.messages import Envelope, MessageKind
 from core.packing import encode_pack
 
@@ -19,7 +19,9 @@ def _envelope(n: int, *, project: str = "dev-1", payload: bytes | None = None) -
 
 
 def _unpack(record_headers: list[tuple[str, bytes]], key: bytes, value: bytes) -> list[Envelope]:
-    return unpack(record_headers, key, value, partition=3, fallback_id="t:3:7", fallback_time=9.0)
+    return decode_all(
+        record_headers, key, value, partition=3, fallback_id="t:3:7", fallback_time=9.0
+    )
 
 
 def test_one_envelope_is_a_plain_record_with_its_fields_in_headers() -> None:
