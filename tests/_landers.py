@@ -155,7 +155,9 @@ class PassThroughSubscription:
 
 
 async def publish(transport: Transport, count: int) -> list[str]:
-    """``count`` messages of one project to partition 0 (one partition), their ids."""
+    """``count`` messages of one project to partition 0 (one partition), their ids: one
+    publish each, so each holds a position of its own (published together they would share
+    one pack, ``core.packing``), as the tests of reused positions count them."""
     ids = [uuid.uuid4().hex for _ in range(count)]
     envelopes = stamp(
         "proj",
@@ -166,7 +168,8 @@ async def publish(transport: Transport, count: int) -> list[str]:
         received_at=time.time(),
         partitions=1,
     )
-    await transport.publish(envelopes)
+    for envelope in envelopes:
+        await transport.publish([envelope])
     return ids
 
 

@@ -33,6 +33,7 @@ from adapters.nats import NatsIdempotencyStore, NatsSettings, NatsTransport
 from core.idempotency import fingerprint, identity
 from core.ingest import IngestLimits
 from core.messages import Envelope, MessageKind
+from core.packing import parts_in
 from core.partitioning import partition_for
 from core.ports import Transport
 from infra.local._testservers import ServerInfo
@@ -208,12 +209,24 @@ async def kafka_settings(kafka_server: ServerInfo) -> AsyncIterator[KafkaSetting
         await admin.close()
 
 
-async def records_in_partition(settings: KafkaSettings) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=list(settings.bootstrap_servers))
+async def stored_in_partition(settings: KafkaSettings) -> tuple[int, int]:
+    """The records in the project's partition, and the messages they hold (a pack counts
+    its parts, ``core.packing``), read from the log's start to its end."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=list(settings.bootstrap_servers), enable_auto_commit=False
+    )
     await consumer.start()
     try:
         tp = TopicPartition(settings.topic, partition_for(PROJECT, PARTITIONS))
-        return int((await consumer.end_offsets([tp]))[tp])
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = int((await consumer.end_offsets([tp]))[tp])
+        records = messages = 0
+        while await consumer.position(tp) < end:
+            for record in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
+                records += 1
+                messages += parts_in(record.value)
+        return records, messages
     finally:
         await consumer.stop()
 
@@ -227,10 +240,10 @@ async def test_a_retried_request_lands_once_on_kafka(kafka_settings: KafkaSettin
         )
         async with KafkaTransport(kafka_settings) as transport:
             landed = await delivered(transport)
-        stored = await records_in_partition(kafka_settings)
-    # Stored: 3 announcements (gateways A, C, D) + 5 (A) + 5 (C) + 5 again (D's re-publish,
-    # which Kafka cannot refuse); delivered: each message once.
-    assert stored == 3 + 3 * len(PAYLOADS)
+        records, messages = await stored_in_partition(kafka_settings)
+    # Stored: 3 announcements (gateways A, C, D) and one pack of 5 from each of A, C and D
+    # (D's re-publish, which Kafka cannot refuse); delivered: each message once.
+    assert (records, messages) == (3 + 3, 3 + 3 * len(PAYLOADS))
     counts = per_series(landed)
     assert counts == {first["gateway_id"]: 5, retried["gateway_id"]: 5}
     assert sorted(e.message_id for e in landed) == sorted(
