@@ -119,6 +119,7 @@ class Throughput:
     raw_cpu: float = 0.0
     baseline: Baseline | None = None
     shoal_cpu_by: dict[str, float] = field(default_factory=dict)  # per 100k, per process
+    gateway_alone: GatewayAlone | None = None
 
     @property
     def ratio(self) -> float:
@@ -133,6 +134,7 @@ class Baseline:
     shoal_rate: float
     shoal_cpu: float
     memory: dict[str, Memory] = field(default_factory=dict)
+    gateway_alone: GatewayAlone | None = None
 
 
 @dataclass
@@ -531,6 +533,38 @@ async def shoal_throughput(
         await cluster.__aexit__(None, None, None)
 
 
+@dataclass
+class GatewayAlone:
+    """The gateway with no handler running (nothing consumes): what it alone spends to accept."""
+
+    rate: float  # messages accepted per second
+    cpu: float  # the gateway's CPU seconds per 100,000 messages accepted
+
+
+async def gateway_alone(
+    transport: str, servers: Servers, messages: int, work: Path, repo: Path = REPO
+) -> GatewayAlone:
+    """``messages`` posted to a gateway of the checkout ``repo`` with no leader or handler
+    running: its own CPU per message accepted, the broker's and the load's left out."""
+    cluster = Cluster(
+        backend_env=backend_env(transport, servers),
+        work_dir=work,
+        partitions=PARTITIONS,
+        repo=repo,
+    )
+    async with cluster:
+        gateway = await cluster.start_gateway()
+        before = cpu_of(gateway.pid)
+        started = time.time()
+        summary = await LoadGenerator(gateway.url, plan(messages)).run()
+        elapsed = time.time() - started
+        if summary.accepted_count != messages:
+            raise RuntimeError(f"the gateway did not accept everything: {summary.line()}")
+        return GatewayAlone(
+            messages / elapsed, cpu_per_100k(cpu_of(gateway.pid) - before, messages)
+        )
+
+
 def landing_on(minio: RunningMinio) -> Landing:
     """A fresh bucket on ``minio`` as a landing zone."""
     settings = S3Settings(
@@ -550,6 +584,7 @@ def throughput(
     shoal: ShoalRun,
     raw: tuple[float, float],
     baseline: Baseline | None = None,
+    alone: GatewayAlone | None = None,
 ) -> Throughput:
     median, p10 = file_rows(shoal.zone.files)
     p50, p99 = shoal.zone.latencies(shoal.zone.files)
@@ -571,6 +606,7 @@ def throughput(
         raw_cpu=cpu_per_100k(raw[1], messages),
         baseline=baseline,
         shoal_cpu_by={name: cpu_per_100k(cpu, messages) for name, cpu in shoal.cpu_by.items()},
+        gateway_alone=alone,
     )
 
 
@@ -706,6 +742,22 @@ def report(
                 f"{base.shoal_rate:,.0f} (now {run.shoal_rate / base.shoal_rate:.2f} x), "
                 f"{base.shoal_cpu:.1f} (now {run.shoal_cpu / base.shoal_cpu:.2f} x)",
             )
+        alone = run.gateway_alone
+        if alone is not None:
+            base_alone = run.baseline.gateway_alone if run.baseline else None
+            gain = base_alone.cpu / alone.cpu if base_alone and alone.cpu else None
+            row(
+                f"{label}: the gateway alone: CPU s per 100k, msgs/s",
+                f"{alone.cpu:.2f}, {alone.rate:,.0f}"
+                + (
+                    f" (baseline {base_alone.cpu:.2f}, {base_alone.rate:,.0f}: "
+                    f"{gain:.2f} x the messages per CPU-second)"
+                    if base_alone and gain
+                    else ""
+                ),
+                ">= 3 x the baseline's messages per CPU-second" if gain else "",
+                None if gain is None else gain >= 3,
+            )
         row(
             f"{label}: rows per file (median, p10)",
             f"{run.median_file_rows:,.0f}, {run.p10_file_rows:,.0f} "
@@ -810,6 +862,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"  {shoal.rate:,.0f} msgs/s ({shoal.rate / raw[0]:.2f} x), "
                         f"{shoal.cpu:.1f} CPU s ({split})"
                     )
+                    alone = await gateway_alone(
+                        transport, servers, args.messages, work / f"{transport}-{mode}-gateway"
+                    )
+                    console.print(f"  gateway alone: {alone}")
                     baseline = None
                     if baseline_repo is not None:
                         console.print(f"  baseline {args.baseline} ...")
@@ -825,12 +881,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             before.rate,
                             cpu_per_100k(before.cpu, args.messages),
                             before.memory,
+                            await gateway_alone(
+                                transport,
+                                servers,
+                                args.messages,
+                                work / f"{transport}-{mode}-gateway-baseline",
+                                repo=baseline_repo,
+                            ),
                         )
                         split = ", ".join(f"{n} {c:.1f}" for n, c in sorted(before.cpu_by.items()))
                         console.print(
                             f"  {before.rate:,.0f} msgs/s, {before.cpu:.1f} CPU s ({split})"
                         )
-                    runs.append(throughput(transport, mode, args.messages, shoal, raw, baseline))
+                    runs.append(
+                        throughput(transport, mode, args.messages, shoal, raw, baseline, alone)
+                    )
                     if args.s3 and transport == "nats" and mode == "durable":
                         console.print("[bold]nats durable, landing on S3 (MinIO)[/] ...")
                         runs.append(await s3_run(servers, args.messages, work, raw))
