@@ -139,7 +139,10 @@ class Leadership(Protocol):
     @property
     def leader_id(self) -> MemberId: ...
 
-    def is_lost(self) -> bool: ...
+    def is_lost(self, margin: float = 0.0) -> bool:
+        """True once leadership is known lost, or will be within ``margin`` seconds unless
+        renewed (as ``MembershipLease.is_lost``)."""
+        ...
 
     async def wait_lost(self) -> None: ...
 
@@ -497,9 +500,20 @@ class TableUpkeep(Protocol):
         ``small_file_bytes``."""
         ...
 
-    async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
+    async def compact(
+        self,
+        days: Sequence[str],
+        target_bytes: int,
+        *,
+        held: Callable[[float], bool] | None = None,
+    ) -> tuple[int, int]:
         """Rewrite the small files of each ``date`` partition in ``days`` into files of
-        about ``target_bytes``, in one commit: (files removed, files added)."""
+        about ``target_bytes``, in one commit: (files removed, files added). ``held(margin)``
+        tells whether the caller's authority (a leader's lease) will still hold ``margin``
+        seconds from now: once it says no, the compaction ends without committing
+        (``OSError``), so a leader paused or cut off past its lease never commits over its
+        successor's compaction (two compactions of the same files would land their rows
+        twice)."""
         ...
 
     async def checkpoint(self) -> int:

@@ -3,6 +3,14 @@ reads one request as JSON on stdin (``op``, ``uri``, ``storage_options`` and the
 arguments), does it with delta-rs and prints its answer as JSON; a failure exits 1 with the
 error on stderr. The ops: ``exists``, ``health``, ``compact``, ``checkpoint``, ``vacuum``.
 
+A request with ``hold`` (seconds) runs only while it is held: the parent writes a line
+to stdin for each renewal, each keeping the op going ``hold`` seconds from its arrival,
+and once none came for that long the process ends at once (exit 3), before any commit it
+had not made yet. A leader holds its compaction while its lease will still hold: paused or
+cut off past its lease, its compaction ends before a successor can be elected, so the two
+never commit over each other (delta-rs does not refuse two compactions that remove the
+same files, and both would add their rows again).
+
 Why a process: the leader keeps the table up but writes none of it, and delta-rs with
 pyarrow is 70 MB of imports before the first call; a compaction holds a target file's rows
 while it writes one (140 MB above a fresh process for a file of 300,000 rows). A process
@@ -14,8 +22,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import select
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,6 +44,7 @@ __all__ = ["main"]
 
 _NATIVE_TRACE = re.compile(r"\n\s*0: ")
 _LISTING_TRIES = 3  # a log file can go (a staging file renamed) between a listing and its stat
+_HOLD_ENDED = 3  # the exit status of an op whose hold ran out
 
 
 def _open(request: Mapping[str, Any]) -> DeltaTable:
@@ -121,10 +134,65 @@ _OPS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
+def _read_line(fd: int) -> tuple[bytes, bytes]:
+    """The first line on ``fd`` (without its newline) and what was read past it."""
+    chunks = bytearray()
+    while b"\n" not in chunks:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks += chunk
+    line, _, rest = bytes(chunks).partition(b"\n")
+    return line, rest
+
+
+def _while_held(op: Callable[[], dict[str, Any]], fd: int, hold: float) -> dict[str, Any]:
+    """``op()`` in a thread, while the parent's holds keep coming on ``fd``; the process
+    ends (exit 3) once one was due and did not come."""
+    outcome: list[dict[str, Any]] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append(op())
+        except BaseException as exc:  # handed to the main thread as it is
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    held_until = time.monotonic() + hold
+    open_stdin = True
+    while not done.is_set():
+        now = time.monotonic()
+        if now >= held_until:
+            print("the hold ended before the op finished: stopped", file=sys.stderr, flush=True)
+            os._exit(_HOLD_ENDED)  # now: a thread still inside delta-rs must not commit
+        wait = min(held_until - now, 0.05)
+        if open_stdin and select.select([fd], [], [], wait)[0]:
+            renewals = os.read(fd, 4096)
+            if renewals:
+                held_until = time.monotonic() + hold
+            else:
+                open_stdin = False  # the parent closed it: no more holds
+        elif not open_stdin:
+            done.wait(wait)
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
 def main() -> int:
-    request = json.load(sys.stdin)
+    fd = sys.stdin.fileno()
+    line, _ = _read_line(fd)
+    request = json.loads(line)
     try:
-        answer = _OPS[request["op"]](request)
+        op = _OPS[request["op"]]
+        if request.get("hold") is None:
+            answer = op(request)
+        else:
+            answer = _while_held(lambda: op(request), fd, float(request["hold"]))
     except Exception as exc:  # any: the parent reports it, with its type
         # delta-rs appends a native stack trace when RUST_BACKTRACE is set: not news here
         message = _NATIVE_TRACE.split(str(exc), maxsplit=1)[0].strip()

@@ -3,12 +3,15 @@ in a child process (``adapters.delta._maintenance``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
+from anyio.abc import ByteReceiveStream
 
 from core.ports import TableHealth
 from core.table import DayFiles
@@ -16,14 +19,21 @@ from core.table import DayFiles
 __all__ = ["DeltaTableUpkeep"]
 
 _ERROR_CHARS = 500  # of a failed call's stderr, its start
+# A held compaction: the child goes on HOLD seconds past each renewal it receives; a renewal
+# is sent every HOLD_EVERY seconds while the holder's authority will last HOLD_MARGIN more,
+# so a renewal delayed up to HOLD_MARGIN - HOLD seconds still ends the child in time.
+HOLD = 1.5
+HOLD_EVERY = 0.25
+HOLD_MARGIN = 3.0
 
 
 class DeltaTableUpkeep:
     """Each call runs ``python -m adapters.delta._maintenance`` on the newest version of
     the table at ``uri`` (none holds a snapshot between calls), so this process never
     imports delta-rs or pyarrow and gets back what a call took when it ends (see that
-    module). A compaction is one commit: a cancelled caller waits for it to end. A call
-    that fails raises ``OSError`` with the child's error."""
+    module). A compaction is one commit: a cancelled caller waits for it to end, and one
+    given ``held`` ends without committing once ``held(HOLD_MARGIN)`` says no. A call that
+    fails raises ``OSError`` with the child's error."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri
@@ -44,11 +54,19 @@ class DeltaTableUpkeep:
             days=tuple(DayFiles(str(d), int(n), int(s)) for d, n, s in found["days"]),
         )
 
-    async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
+    async def compact(
+        self,
+        days: Sequence[str],
+        target_bytes: int,
+        *,
+        held: Callable[[float], bool] | None = None,
+    ) -> tuple[int, int]:
         if not days:
             return 0, 0
         with anyio.CancelScope(shield=True):  # a rewrite is one commit: let it finish
-            counts = await self._call("compact", days=list(days), target_bytes=target_bytes)
+            counts = await self._call(
+                "compact", held=held, days=list(days), target_bytes=target_bytes
+            )
         return int(counts["removed"]), int(counts["added"])
 
     async def checkpoint(self) -> int:
@@ -58,22 +76,65 @@ class DeltaTableUpkeep:
         found = await self._call("vacuum", retention_hours=retention_hours, dry_run=dry_run)
         return [str(f) for f in found["files"]]
 
-    async def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
+    async def _call(
+        self, op: str, held: Callable[[float], bool] | None = None, **arguments: Any
+    ) -> dict[str, Any]:
         request = {
             "op": op,
             "uri": self.uri,
             "storage_options": self._options,  # on stdin: it holds the store's secret
             **arguments,
         }
-        done = await anyio.run_process(
-            [sys.executable, "-m", "adapters.delta._maintenance"],
-            input=json.dumps(request).encode(),
-            check=False,
-        )
-        if done.returncode != 0:
-            error = " ".join(done.stderr.decode(errors="replace").split()) or "no output"
-            raise OSError(
-                f"Delta table: {op} failed (exit {done.returncode}): {error[:_ERROR_CHARS]}"
+        command = [sys.executable, "-m", "adapters.delta._maintenance"]
+        if held is None:
+            done = await anyio.run_process(
+                command, input=json.dumps(request).encode() + b"\n", check=False
             )
-        answer: dict[str, Any] = json.loads(done.stdout)
+            returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+        else:
+            returncode, stdout, stderr = await _run_held(command, request | {"hold": HOLD}, held)
+        if returncode != 0:
+            error = " ".join(stderr.decode(errors="replace").split()) or "no output"
+            raise OSError(f"Delta table: {op} failed (exit {returncode}): {error[:_ERROR_CHARS]}")
+        answer: dict[str, Any] = json.loads(stdout)
         return answer
+
+
+async def _run_held(
+    command: list[str], request: Mapping[str, Any], held: Callable[[float], bool]
+) -> tuple[int, bytes, bytes]:
+    """Run the child with ``request`` (its first hold), renewing the hold while
+    ``held(HOLD_MARGIN)``: its exit status, stdout and stderr. ``OSError`` without a
+    child when not held now."""
+    if not held(HOLD_MARGIN):
+        raise OSError(f"Delta table: {request['op']} not started: its holder's authority ends")
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: ByteReceiveStream | None, into: bytearray) -> None:
+        if stream is not None:
+            async for chunk in stream:
+                into += chunk
+
+    async with await anyio.open_process(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        assert process.stdin is not None
+        stdin = process.stdin
+
+        async def renew() -> None:
+            await stdin.send(json.dumps(request).encode() + b"\n")
+            while True:
+                await anyio.sleep(HOLD_EVERY)  # a heartbeat: nothing to wait for but time
+                if not held(HOLD_MARGIN):
+                    return  # the child ends within HOLD, before the authority does
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await stdin.send(b"\n")
+
+        async with anyio.create_task_group() as readers:
+            readers.start_soon(drain, process.stdout, out)
+            readers.start_soon(drain, process.stderr, err)
+            async with anyio.create_task_group() as renewing:
+                renewing.start_soon(renew)
+                returncode = await process.wait()
+                renewing.cancel_scope.cancel()
+    return returncode, bytes(out), bytes(err)

@@ -16,6 +16,11 @@ longer than any write in flight: hours, not seconds.
 
 The zone is a directory or ``s3://bucket/prefix`` (``open_landing_zone``). Neither command
 creates a table: a zone without one is refused (``ZoneError``).
+
+Run ``compact`` while no leader keeps the table up (its upkeep compacts on a schedule): two
+compactions of the same files at once both commit with delta-rs, and their rows land twice.
+The leader's own compaction is held by its lease (``TableUpkeep.compact``); this command's
+is held by nothing.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.delta import DeltaTableUpkeep, TableSettings
 from adapters.s3 import S3Settings
-from core.ports import TableHealth, TableUpkeep
+from core.ports import Leadership, TableHealth, TableUpkeep
 from core.table import DayFiles, days_to_compact
 from services.common.logs import fields
 from services.common.metrics import TableMetrics
@@ -219,9 +219,12 @@ class TableKeeper:
         self._metrics.observe(health)
         return health
 
-    async def compact(self, *, open_day_files: int | None) -> Compaction:
+    async def compact(
+        self, *, open_day_files: int | None, held: Callable[[float], bool] | None = None
+    ) -> Compaction:
         """Compact the days that are due. ``open_day_files``: the small files that make
-        the open day (today, UTC) due; None leaves it alone."""
+        the open day (today, UTC) due; None leaves it alone. ``held``: the authority it
+        runs under (``TableUpkeep.compact``)."""
         before = await self.health()
         now = self._clock()
         today = utc_day(now)
@@ -244,7 +247,7 @@ class TableKeeper:
                 ),
             )
         removed, added = await self._upkeep.compact(
-            [d.day for d in days], self.settings.target_file_bytes
+            [d.day for d in days], self.settings.target_file_bytes, held=held
         )
         after = await self.health()
         compaction = Compaction(now, before, after, tuple(d.day for d in days), removed, added)
@@ -320,16 +323,17 @@ class TableKeeper:
 
     # -- on a schedule (the active leader) ------------------------------------------------
 
-    async def round(self) -> None:
-        """One round of upkeep (see the module's docstring). Never raises but for
-        cancellation: a failure is logged, counted and kept as ``last_error``."""
+    async def round(self, held: Callable[[float], bool] | None = None) -> None:
+        """One round of upkeep (see the module's docstring), its compaction under ``held``.
+        Never raises but for cancellation: a failure is logged, counted and kept as
+        ``last_error``."""
         try:
             if not await self.exists():
                 if not self._no_table_said:
                     log.info("no table to keep up yet", extra=fields(table=self.location))
                     self._no_table_said = True
                 return
-            compaction = await self.compact(open_day_files=self.settings.open_day_files)
+            compaction = await self.compact(open_day_files=self.settings.open_day_files, held=held)
             version = compaction.after.version
             changed = False
             if self.last_checkpoint is None or self.last_checkpoint.version != version:
@@ -360,14 +364,19 @@ class TableKeeper:
         else:
             self.last_error = None
 
-    async def run(self) -> None:
-        """A round now and every ``upkeep_interval`` until cancelled (leadership lost)."""
+    async def run(self, leadership: Leadership) -> None:
+        """A round now and every ``upkeep_interval`` until cancelled (``leadership``
+        lost), each compaction held by it."""
+
+        def held(margin: float) -> bool:
+            return not leadership.is_lost(margin)
+
         interval = self.settings.upkeep_interval
         self.active = True
         log.info("table upkeep started", extra=fields(table=self.location, interval=interval))
         try:
             while True:
-                await self.round()
+                await self.round(held)
                 await anyio.sleep(interval)
         finally:
             self.active = False

@@ -28,9 +28,11 @@ from adapters.delta import DeltaTableUpkeep, TableSettings
 from adapters.s3 import S3Settings
 from core.messages import Envelope, LandedRow
 from core.table import LandedFile, days_to_compact, transaction_app_id
+from infra.local._testservers import ServerInfo
 from services.common.landing_zone import LandingZone, open_landing_zone
 from services.common.table import read_landed
 from tests.contract._s3 import fresh_bucket, settings_for
+from tests.faults._proxy import TcpProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -337,3 +339,52 @@ async def test_vacuum_keeps_an_unnamed_file_younger_than_the_retention(tmp_path:
         assert not (location / old).exists()
         assert (location / young).exists()
         assert (location / committed[0].path).exists()
+
+
+async def test_a_held_compaction_commits_while_its_holder_holds(zone: Zone) -> None:
+    for n in range(4):
+        await zone.land(5, DAY1, LOGS[n % 3])
+    ids = zone.read()
+
+    removed, added = await zone.zone.upkeep.compact([DAY1], TARGET, held=lambda margin: True)
+
+    assert (removed, added) == (4, 1)
+    assert zone.read() == ids
+
+
+async def test_a_compaction_whose_holder_loses_its_authority_commits_nothing(
+    minio_server: ServerInfo, tmp_path: Path
+) -> None:
+    """A leader cut off from the store past its lease (here: its compaction's process cut
+    off from the object store, and the lease ending meanwhile) must not commit once its
+    successor may compact: its compaction's process ends, nothing is committed, and a
+    compaction held throughout then merges the files, every row once."""
+    _, where = fresh_bucket(minio_server)
+    location, s3 = f"s3://{where.bucket}/{where.prefix}", settings_for(minio_server)
+    async with (
+        open_landing_zone(location, s3=s3, table=_settings()) as opened,
+        anyio.create_task_group() as tg,
+    ):
+        zone = Zone(opened, location, set, set, lambda: (0, 0), count(1), count(), s3)
+        for n in range(4):
+            await zone.land(5, DAY1, LOGS[n % 3])
+        version = zone.table().version()
+        host, _, minio_port = minio_server.endpoint.removeprefix("http://").rpartition(":")
+        proxy = TcpProxy(host, int(minio_port))
+        port = await tg.start(proxy.serve)
+        options = dict(opened.address.storage_options or {})
+        options["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+        through_proxy = DeltaTableUpkeep(opened.address.uri, options)
+        asked = count()
+        proxy.blackhole()  # the store stops answering before the compaction can commit
+
+        with anyio.fail_after(30), pytest.raises(OSError, match=r"exit 3.*hold ended"):
+            # held once (the start), then never again: the lease ended meanwhile
+            await through_proxy.compact([DAY1], TARGET, held=lambda margin: next(asked) == 0)
+
+        proxy.heal()
+        assert zone.table().version() == version, "nothing committed after the hold ended"
+        assert await through_proxy.compact([DAY1], TARGET, held=lambda margin: True) == (4, 1)
+        rows = read_landed(location, s3, columns=["message_id"])["message_id"]
+        assert sorted(map(str, rows)) == sorted({f"m{p}" for p in range(20)})
+        tg.cancel_scope.cancel()
