@@ -134,16 +134,16 @@ _OPS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
-def _read_line(fd: int) -> tuple[bytes, bytes]:
-    """The first line on ``fd`` (without its newline) and what was read past it."""
+def _first_line(fd: int) -> bytes:
+    """The first line on ``fd``, without its newline: the request (a hold's renewals come
+    after it; one read along with it is not needed, the hold starts on arrival)."""
     chunks = bytearray()
     while b"\n" not in chunks:
         chunk = os.read(fd, 65536)
         if not chunk:
             break
         chunks += chunk
-    line, _, rest = bytes(chunks).partition(b"\n")
-    return line, rest
+    return bytes(chunks).partition(b"\n")[0]
 
 
 def _while_held(op: Callable[[], dict[str, Any]], fd: int, hold: float) -> dict[str, Any]:
@@ -185,8 +185,7 @@ def _while_held(op: Callable[[], dict[str, Any]], fd: int, hold: float) -> dict[
 
 def main() -> int:
     fd = sys.stdin.fileno()
-    line, _ = _read_line(fd)
-    request = json.loads(line)
+    request = json.loads(_first_line(fd))
     try:
         op = _OPS[request["op"]]
         if request.get("hold") is None:
