@@ -505,15 +505,15 @@ class TableUpkeep(Protocol):
         days: Sequence[str],
         target_bytes: int,
         *,
-        held: Callable[[float], bool] | None = None,
+        held: Callable[[], float] | None = None,
     ) -> tuple[int, int]:
         """Rewrite the small files of each ``date`` partition in ``days`` into files of
-        about ``target_bytes``, in one commit: (files removed, files added). ``held(margin)``
-        tells whether the caller's authority (a leader's lease) will still hold ``margin``
-        seconds from now: once it says no, the compaction ends without committing
-        (``OSError``), so a leader paused or cut off past its lease never commits over its
-        successor's compaction (two compactions of the same files would land their rows
-        twice)."""
+        about ``target_bytes``, in one commit: (files removed, files added). ``held()``
+        gives the seconds the caller's authority (a leader's lease) surely holds from now:
+        once that is 0, or it stops being asked (the caller paused), the compaction ends
+        without committing (``OSError``) before the time it was given runs out, so a leader
+        paused or cut off past its lease never commits over its successor's compaction (two
+        compactions of the same files would land their rows twice)."""
         ...
 
     async def checkpoint(self) -> int:

@@ -3,13 +3,13 @@ reads one request as JSON on stdin (``op``, ``uri``, ``storage_options`` and the
 arguments), does it with delta-rs and prints its answer as JSON; a failure exits 1 with the
 error on stderr. The ops: ``exists``, ``health``, ``compact``, ``checkpoint``, ``vacuum``.
 
-A request with ``hold`` (seconds) runs only while it is held: the parent writes a line
-to stdin for each renewal, each keeping the op going ``hold`` seconds from its arrival,
-and once none came for that long the process ends at once (exit 3), before any commit it
-had not made yet. A leader holds its compaction while its lease will still hold: paused or
-cut off past its lease, its compaction ends before a successor can be elected, so the two
-never commit over each other (delta-rs does not refuse two compactions that remove the
-same files, and both would add their rows again).
+A request with ``hold`` (seconds) runs only while it is held: it may go on ``hold``
+seconds from its arrival, each line the parent writes to stdin after it (a number of
+seconds) extends that from the line's arrival, and once the time is up the process ends at
+once (exit 3), before any commit it had not made yet. A leader holds its compaction with
+what is left of its lease: paused or cut off past its lease, its compaction ends before a
+successor can be elected, so the two never commit over each other (delta-rs does not
+refuse two compactions that remove the same files, and both would add their rows again).
 
 Why a process: the leader keeps the table up but writes none of it, and delta-rs with
 pyarrow is 70 MB of imports before the first call; a compaction holds a target file's rows
@@ -147,8 +147,8 @@ def _first_line(fd: int) -> bytes:
 
 
 def _while_held(op: Callable[[], dict[str, Any]], fd: int, hold: float) -> dict[str, Any]:
-    """``op()`` in a thread, while the parent's holds keep coming on ``fd``; the process
-    ends (exit 3) once one was due and did not come."""
+    """``op()`` in a thread, for ``hold`` seconds and as long again as each renewal on
+    ``fd`` says; the process ends (exit 3) once that time is up."""
     outcome: list[dict[str, Any]] = []
     failure: list[BaseException] = []
     done = threading.Event()
@@ -171,9 +171,9 @@ def _while_held(op: Callable[[], dict[str, Any]], fd: int, hold: float) -> dict[
             os._exit(_HOLD_ENDED)  # now: a thread still inside delta-rs must not commit
         wait = min(held_until - now, 0.05)
         if open_stdin and select.select([fd], [], [], wait)[0]:
-            renewals = os.read(fd, 4096)
+            renewals = os.read(fd, 4096).split()
             if renewals:
-                held_until = time.monotonic() + hold
+                held_until = time.monotonic() + float(renewals[-1])
             else:
                 open_stdin = False  # the parent closed it: no more holds
         elif not open_stdin:

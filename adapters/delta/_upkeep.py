@@ -19,12 +19,9 @@ from core.table import DayFiles
 __all__ = ["DeltaTableUpkeep"]
 
 _ERROR_CHARS = 500  # of a failed call's stderr, its start
-# A held compaction: the child goes on HOLD seconds past each renewal it receives; a renewal
-# is sent every HOLD_EVERY seconds while the holder's authority will last HOLD_MARGIN more,
-# so a renewal delayed up to HOLD_MARGIN - HOLD seconds still ends the child in time.
-HOLD = 1.5
-HOLD_EVERY = 0.25
-HOLD_MARGIN = 3.0
+# A held compaction: every HOLD_EVERY seconds the child is told to go on for half of what
+# ``held()`` guarantees; the other half covers a renewal that arrives late.
+HOLD_EVERY = 0.1
 
 
 class DeltaTableUpkeep:
@@ -32,7 +29,7 @@ class DeltaTableUpkeep:
     the table at ``uri`` (none holds a snapshot between calls), so this process never
     imports delta-rs or pyarrow and gets back what a call took when it ends (see that
     module). A compaction is one commit: a cancelled caller waits for it to end, and one
-    given ``held`` ends without committing once ``held(HOLD_MARGIN)`` says no. A call that
+    given ``held`` ends without committing once ``held()`` says 0. A call that
     fails raises ``OSError`` with the child's error."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
@@ -59,7 +56,7 @@ class DeltaTableUpkeep:
         days: Sequence[str],
         target_bytes: int,
         *,
-        held: Callable[[float], bool] | None = None,
+        held: Callable[[], float] | None = None,
     ) -> tuple[int, int]:
         if not days:
             return 0, 0
@@ -77,7 +74,7 @@ class DeltaTableUpkeep:
         return [str(f) for f in found["files"]]
 
     async def _call(
-        self, op: str, held: Callable[[float], bool] | None = None, **arguments: Any
+        self, op: str, held: Callable[[], float] | None = None, **arguments: Any
     ) -> dict[str, Any]:
         request = {
             "op": op,
@@ -92,7 +89,7 @@ class DeltaTableUpkeep:
             )
             returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
         else:
-            returncode, stdout, stderr = await _run_held(command, request | {"hold": HOLD}, held)
+            returncode, stdout, stderr = await _run_held(command, request, held)
         if returncode != 0:
             error = " ".join(stderr.decode(errors="replace").split()) or "no output"
             raise OSError(f"Delta table: {op} failed (exit {returncode}): {error[:_ERROR_CHARS]}")
@@ -101,12 +98,13 @@ class DeltaTableUpkeep:
 
 
 async def _run_held(
-    command: list[str], request: Mapping[str, Any], held: Callable[[float], bool]
+    command: list[str], request: Mapping[str, Any], held: Callable[[], float]
 ) -> tuple[int, bytes, bytes]:
-    """Run the child with ``request`` (its first hold), renewing the hold while
-    ``held(HOLD_MARGIN)``: its exit status, stdout and stderr. ``OSError`` without a
-    child when not held now."""
-    if not held(HOLD_MARGIN):
+    """Run the child with ``request``, holding it (a line with the seconds it may go on)
+    every ``HOLD_EVERY`` seconds while ``held()`` guarantees any time: its exit status,
+    stdout and stderr. ``OSError`` without a child when not held now."""
+    guaranteed = held()
+    if guaranteed <= 0:
         raise OSError(f"Delta table: {request['op']} not started: its holder's authority ends")
     out, err = bytearray(), bytearray()
 
@@ -122,13 +120,15 @@ async def _run_held(
         stdin = process.stdin
 
         async def renew() -> None:
-            await stdin.send(json.dumps(request).encode() + b"\n")
+            first = dict(request) | {"hold": guaranteed / 2}
+            await stdin.send(json.dumps(first).encode() + b"\n")
             while True:
                 await anyio.sleep(HOLD_EVERY)  # a heartbeat: nothing to wait for but time
-                if not held(HOLD_MARGIN):
-                    return  # the child ends within HOLD, before the authority does
+                left = held()
+                if left <= 0:
+                    return  # the child ends within its last hold, before the authority does
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    await stdin.send(b"\n")
+                    await stdin.send(f"{left / 2:.3f}\n".encode())
 
         async with anyio.create_task_group() as readers:
             readers.start_soon(drain, process.stdout, out)

@@ -58,6 +58,7 @@ __all__ = [
 log = logging.getLogger("shoal.table")
 
 _LOGGED_PATHS = 20  # a vacuum's log line names this many of the files it deleted
+_HELD_SHARES = (0.45, 0.3, 0.15)  # of the lease TTL: what a compaction is told it holds
 
 
 class NoTableError(LookupError):
@@ -220,7 +221,7 @@ class TableKeeper:
         return health
 
     async def compact(
-        self, *, open_day_files: int | None, held: Callable[[float], bool] | None = None
+        self, *, open_day_files: int | None, held: Callable[[], float] | None = None
     ) -> Compaction:
         """Compact the days that are due. ``open_day_files``: the small files that make
         the open day (today, UTC) due; None leaves it alone. ``held``: the authority it
@@ -323,7 +324,7 @@ class TableKeeper:
 
     # -- on a schedule (the active leader) ------------------------------------------------
 
-    async def round(self, held: Callable[[float], bool] | None = None) -> None:
+    async def round(self, held: Callable[[], float] | None = None) -> None:
         """One round of upkeep (see the module's docstring), its compaction under ``held``.
         Never raises but for cancellation: a failure is logged, counted and kept as
         ``last_error``."""
@@ -364,12 +365,17 @@ class TableKeeper:
         else:
             self.last_error = None
 
-    async def run(self, leadership: Leadership) -> None:
-        """A round now and every ``upkeep_interval`` until cancelled (``leadership``
-        lost), each compaction held by it."""
+    async def run(self, leadership: Leadership, lease_ttl: float) -> None:
+        """A round now and every ``upkeep_interval`` until cancelled (``leadership``, on a
+        lease of ``lease_ttl`` seconds, lost), each compaction held by it."""
 
-        def held(margin: float) -> bool:
-            return not leadership.is_lost(margin)
+        def held() -> float:
+            # What is left of the lease, from below: renewed every ttl / 2, it holds at
+            # least half the TTL while renewals succeed.
+            for share in _HELD_SHARES:
+                if not leadership.is_lost(share * lease_ttl):
+                    return share * lease_ttl
+            return 0.0
 
         interval = self.settings.upkeep_interval
         self.active = True

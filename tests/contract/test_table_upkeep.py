@@ -346,7 +346,7 @@ async def test_a_held_compaction_commits_while_its_holder_holds(zone: Zone) -> N
         await zone.land(5, DAY1, LOGS[n % 3])
     ids = zone.read()
 
-    removed, added = await zone.zone.upkeep.compact([DAY1], TARGET, held=lambda margin: True)
+    removed, added = await zone.zone.upkeep.compact([DAY1], TARGET, held=lambda: 10.0)
 
     assert (removed, added) == (4, 1)
     assert zone.read() == ids
@@ -379,12 +379,14 @@ async def test_a_compaction_whose_holder_loses_its_authority_commits_nothing(
         proxy.blackhole()  # the store stops answering before the compaction can commit
 
         with anyio.fail_after(30), pytest.raises(OSError, match=r"exit 3.*hold ended"):
-            # held once (the start), then never again: the lease ended meanwhile
-            await through_proxy.compact([DAY1], TARGET, held=lambda margin: next(asked) == 0)
+            # held for 2 s at the start, then never again: the lease ended meanwhile
+            await through_proxy.compact(
+                [DAY1], TARGET, held=lambda: 2.0 if next(asked) == 0 else 0.0
+            )
 
         proxy.heal()
         assert zone.table().version() == version, "nothing committed after the hold ended"
-        assert await through_proxy.compact([DAY1], TARGET, held=lambda margin: True) == (4, 1)
+        assert await through_proxy.compact([DAY1], TARGET, held=lambda: 10.0) == (4, 1)
         rows = read_landed(location, s3, columns=["message_id"])["message_id"]
         assert sorted(map(str, rows)) == sorted({f"m{p}" for p in range(20)})
         tg.cancel_scope.cancel()
