@@ -109,9 +109,9 @@ class OwnershipLostError(ShoalError):
 
 
 class CommitConflictError(ShoalError):
-    """The landed table refused a commit: another commit set one of its logs' app
-    transactions after the snapshot it was planned on (``core.table``). This attempt
-    committed nothing; an earlier attempt of the same commit may have."""
+    """The landed table refused a commit: another commit set one of its app transactions
+    (a log's, or the compaction's) after the snapshot it was planned on (``core.table``).
+    This attempt committed nothing; an earlier attempt of the same commit may have."""
 
 
 class RouteError(ShoalError, ValueError):

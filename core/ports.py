@@ -139,10 +139,7 @@ class Leadership(Protocol):
     @property
     def leader_id(self) -> MemberId: ...
 
-    def is_lost(self, margin: float = 0.0) -> bool:
-        """True once leadership is known lost, or will be within ``margin`` seconds unless
-        renewed (as ``MembershipLease.is_lost``)."""
-        ...
+    def is_lost(self) -> bool: ...
 
     async def wait_lost(self) -> None: ...
 
@@ -500,20 +497,11 @@ class TableUpkeep(Protocol):
         ``small_file_bytes``."""
         ...
 
-    async def compact(
-        self,
-        days: Sequence[str],
-        target_bytes: int,
-        *,
-        held: Callable[[], float] | None = None,
-    ) -> tuple[int, int]:
+    async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
         """Rewrite the small files of each ``date`` partition in ``days`` into files of
-        about ``target_bytes``, in one commit: (files removed, files added). ``held()``
-        gives the seconds the caller's authority (a leader's lease) surely holds from now:
-        once that is 0, or it stops being asked (the caller paused), the compaction ends
-        without committing (``OSError``) before the time it was given runs out, so a leader
-        paused or cut off past its lease never commits over its successor's compaction (two
-        compactions of the same files would land their rows twice)."""
+        about ``target_bytes``, in one commit: (files removed, files added). Raises
+        ``CommitConflictError``, nothing changed, when another compaction committed after
+        the snapshot this one read: of two at once, one commits."""
         ...
 
     async def checkpoint(self) -> int:

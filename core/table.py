@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from core.model import Partition
 
 __all__ = [
+    "COMPACTION_APP_ID",
     "DayFiles",
     "LandedFile",
     "LandingPlan",
@@ -51,6 +52,7 @@ __all__ = [
     "Place",
     "Settled",
     "commit_landed",
+    "compaction_groups",
     "days_to_compact",
     "log_key",
     "plan_landing",
@@ -61,6 +63,10 @@ LogKey = str
 """One partition's log at one broker: ``{log_id}#{partition}``."""
 
 _APP_ID_PREFIX = "shoal/"
+COMPACTION_APP_ID = f"{_APP_ID_PREFIX}compaction"
+"""The app transaction every compaction sets, one version above the one it read: of two
+compactions of one snapshot the table refuses the second (Delta refuses neither by the
+files they remove when both remove them without changing data)."""
 
 
 def log_key(log_id: str, partition: Partition) -> LogKey:
@@ -210,3 +216,20 @@ def days_to_compact(days: Iterable[DayFiles], today: str, *, open_day_files: int
         if day.small >= enough:
             due.append(day.day)
     return due
+
+
+def compaction_groups(files: Iterable[tuple[str, int]], target_bytes: int) -> list[tuple[str, ...]]:
+    """The groups of one day's files (path, size) that compaction rewrites into one file
+    each: the files below ``target_bytes``, smallest first (then by path), packed in
+    turn into groups of at most ``target_bytes`` in all. A group of one file is left as
+    it is: rewriting it alone would merge nothing."""
+    groups: list[list[str]] = []
+    total = 0
+    small = sorted((f for f in files if f[1] < target_bytes), key=lambda f: (f[1], f[0]))
+    for path, size in small:
+        if not groups or total + size > target_bytes:
+            groups.append([])
+            total = 0
+        groups[-1].append(path)
+        total += size
+    return [tuple(group) for group in groups if len(group) > 1]

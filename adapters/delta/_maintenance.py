@@ -3,58 +3,67 @@ reads one request as JSON on stdin (``op``, ``uri``, ``storage_options`` and the
 arguments), does it with delta-rs and prints its answer as JSON; a failure exits 1 with the
 error on stderr. The ops: ``exists``, ``health``, ``compact``, ``checkpoint``, ``vacuum``.
 
-A request with ``hold`` (seconds) runs only while it is held: it may go on ``hold``
-seconds from its arrival, each line the parent writes to stdin after it (a number of
-seconds) extends that from the line's arrival, and once the time is up the process ends at
-once (exit 3), before any commit it had not made yet. A leader holds its compaction with
-what is left of its lease: paused or cut off past its lease, its compaction ends before a
-successor can be elected, so the two never commit over each other (delta-rs does not
-refuse two compactions that remove the same files, and both would add their rows again).
-
 Why a process: the leader keeps the table up but writes none of it, and delta-rs with
 pyarrow is 70 MB of imports before the first call; a compaction holds a target file's rows
 while it writes one (140 MB above a fresh process for a file of 300,000 rows). A process
 returns what it took only when it ends: in its own, the upkeep leaves the leader's memory
 where it was, and one that runs out of memory takes nothing else down with it. It imports
-nothing of shoal but the table's layout."""
+of shoal only the table's layout and file format, and the pure rules of ``core.table``.
+
+A compaction is shoal's own, not delta-rs's ``optimize.compact``: of two compactions that
+read one snapshot (a paused leader resumed beside its successor) delta-rs commits both,
+since neither's removes change data, and every row they rewrote would be there twice.
+This one reads the day's small files, writes each group as one file (sorted like a
+handler's) and commits the removes and adds (none of them a data change) with the app
+transaction ``core.table.COMPACTION_APP_ID`` one above the version it read: the table
+refuses the second of two such commits, whose files are then deleted again, and says
+``refused``. A writer's append between the read and the commit conflicts with nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
 import re
-import select
 import sys
-import threading
 import time
-from collections import Counter
+import uuid
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from adapters.delta._layout import LOG_FOLDER, PARTITION_COLUMN
+from adapters._parquet_format import ParquetSettings, delta_stats, write_parquet
+from adapters.delta._layout import COMMIT_ATTEMPTS, CONFLICT, LOG_FOLDER, PARTITION_COLUMN
+from core.table import COMPACTION_APP_ID, compaction_groups
 
 __all__ = ["main"]
 
 _NATIVE_TRACE = re.compile(r"\n\s*0: ")
 _LISTING_TRIES = 3  # a log file can go (a staging file renamed) between a listing and its stat
-_HOLD_ENDED = 3  # the exit status of an op whose hold ran out
+_SORT_KEYS = [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
 
 
 def _open(request: Mapping[str, Any]) -> DeltaTable:
     return DeltaTable(request["uri"], storage_options=request["storage_options"])
 
 
+def _store(request: Mapping[str, Any]) -> pafs.FileSystem:
+    """The table's folder through the same object store (and options) as the table's."""
+    return pafs.PyFileSystem(DeltaStorageHandler(request["uri"], request["storage_options"]))
+
+
 def _log_size(request: Mapping[str, Any]) -> tuple[int, int]:
     """Files and bytes in the table's log folder: the store's own listing, through the same
     object store (and options) as the table's."""
-    store = pafs.PyFileSystem(DeltaStorageHandler(request["uri"], request["storage_options"]))
+    store = _store(request)
     selector = pafs.FileSelector(LOG_FOLDER, allow_not_found=True)
     tries = 1
     while True:
@@ -99,11 +108,76 @@ def _health(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _compact(request: Mapping[str, Any]) -> dict[str, Any]:
-    metrics = _open(request).optimize.compact(
-        partition_filters=[(PARTITION_COLUMN, "in", list(request["days"]))],
-        target_size=int(request["target_bytes"]),
-    )
-    return {"removed": int(metrics["numFilesRemoved"]), "added": int(metrics["numFilesAdded"])}
+    return compact(_open(request), _store(request), request["days"], int(request["target_bytes"]))
+
+
+def compact(
+    table: DeltaTable, store: pafs.FileSystem, days: list[str], target_bytes: int
+) -> dict[str, Any]:
+    """Merge the small files of ``days`` in ``table`` (a snapshot) into files of about
+    ``target_bytes``, in one fenced commit (see the module's docstring): the files
+    removed and added, and ``refused`` when another compaction committed first."""
+    files = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    by_day: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for file in files:
+        day = file[f"partition.{PARTITION_COLUMN}"]
+        if day in days:
+            by_day[day].append((file["path"], int(file["size_bytes"])))
+    sizes = {path: size for day_files in by_day.values() for path, size in day_files}
+    settings = ParquetSettings()
+    now = round(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = []
+    written: list[str] = []
+    removed = 0
+    try:
+        for day in sorted(by_day):
+            values: dict[str, str | None] = {PARTITION_COLUMN: day}
+            for group in compaction_groups(by_day[day], target_bytes):
+                rows = pa.concat_tables(_read(store, path) for path in group).sort_by(_SORT_KEYS)
+                path = f"{PARTITION_COLUMN}={day}/compacted-{uuid.uuid4().hex}.parquet"
+                with store.open_output_stream(path) as out:
+                    write_parquet(rows, out, settings)
+                written.append(path)
+                size = store.get_file_info(path).size or 0
+                actions.append(AddAction(path, size, values, now, False, delta_stats(rows)))
+                actions += [RemoveAction(p, False, now, sizes[p], values) for p in group]
+                removed += len(group)
+                del rows  # one group's rows in memory at a time
+        if not actions:
+            return {"removed": 0, "added": 0, "refused": False}
+        read = table.transaction_version(COMPACTION_APP_ID) or 0
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=table.schema(),
+            partition_by=[PARTITION_COLUMN],
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(COMPACTION_APP_ID, read + 1)],
+                custom_metadata={"shoal.operation": "compaction"},
+                max_commit_retries=COMMIT_ATTEMPTS,
+            ),
+        )
+    except CommitFailedError as exc:
+        _delete(store, written)
+        if CONFLICT not in str(exc):
+            raise
+        return {"removed": 0, "added": 0, "refused": True}
+    except BaseException:
+        _delete(store, written)
+        raise
+    return {"removed": removed, "added": len(written), "refused": False}
+
+
+def _read(store: pafs.FileSystem, path: str) -> pa.Table:
+    with store.open_input_file(path) as stream:
+        return pq.read_table(stream)
+
+
+def _delete(store: pafs.FileSystem, paths: list[str]) -> None:
+    """Best effort: what is left is named by no version, and the vacuum removes it."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            store.delete_file(path)
 
 
 def _checkpoint(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,64 +208,10 @@ _OPS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
-def _first_line(fd: int) -> bytes:
-    """The first line on ``fd``, without its newline: the request (a hold's renewals come
-    after it; one read along with it is not needed, the hold starts on arrival)."""
-    chunks = bytearray()
-    while b"\n" not in chunks:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        chunks += chunk
-    return bytes(chunks).partition(b"\n")[0]
-
-
-def _while_held(op: Callable[[], dict[str, Any]], fd: int, hold: float) -> dict[str, Any]:
-    """``op()`` in a thread, for ``hold`` seconds and as long again as each renewal on
-    ``fd`` says; the process ends (exit 3) once that time is up."""
-    outcome: list[dict[str, Any]] = []
-    failure: list[BaseException] = []
-    done = threading.Event()
-
-    def work() -> None:
-        try:
-            outcome.append(op())
-        except BaseException as exc:  # handed to the main thread as it is
-            failure.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=work, daemon=True).start()
-    held_until = time.monotonic() + hold
-    open_stdin = True
-    while not done.is_set():
-        now = time.monotonic()
-        if now >= held_until:
-            print("the hold ended before the op finished: stopped", file=sys.stderr, flush=True)
-            os._exit(_HOLD_ENDED)  # now: a thread still inside delta-rs must not commit
-        wait = min(held_until - now, 0.05)
-        if open_stdin and select.select([fd], [], [], wait)[0]:
-            renewals = os.read(fd, 4096).split()
-            if renewals:
-                held_until = time.monotonic() + float(renewals[-1])
-            else:
-                open_stdin = False  # the parent closed it: no more holds
-        elif not open_stdin:
-            done.wait(wait)
-    if failure:
-        raise failure[0]
-    return outcome[0]
-
-
 def main() -> int:
-    fd = sys.stdin.fileno()
-    request = json.loads(_first_line(fd))
+    request = json.load(sys.stdin)
     try:
-        op = _OPS[request["op"]]
-        if request.get("hold") is None:
-            answer = op(request)
-        else:
-            answer = _while_held(lambda: op(request), fd, float(request["hold"]))
+        answer = _OPS[request["op"]](request)
     except Exception as exc:  # any: the parent reports it, with its type
         # delta-rs appends a native stack trace when RUST_BACKTRACE is set: not news here
         message = _NATIVE_TRACE.split(str(exc), maxsplit=1)[0].strip()

@@ -29,7 +29,7 @@ from deltalake.transaction import (
 
 from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import LANDED_SCHEMA
-from adapters.delta._layout import PARTITION_COLUMN
+from adapters.delta._layout import COMMIT_ATTEMPTS, CONFLICT, PARTITION_COLUMN
 from adapters.delta._settings import TableSettings
 from core.errors import CommitConflictError
 from core.table import LandedFile, LogKey, transaction_app_id
@@ -37,7 +37,6 @@ from core.table import LandedFile, LogKey, transaction_app_id
 __all__ = ["TABLE_SCHEMA", "DeltaLandedTable", "open_table"]
 
 TABLE_SCHEMA = LANDED_SCHEMA.append(pa.field(PARTITION_COLUMN, pa.string(), nullable=False))
-_CONFLICT = "Concurrent transaction"
 _TOKENS = "shoal.tokens"  # in a commit's commit info: the tokens it set, by log
 _PLACE_COLUMNS = ["log_id", "partition", "position"]
 _READ_COLUMNS = [*_PLACE_COLUMNS, "message_id"]
@@ -47,10 +46,6 @@ _HISTORY_LIMIT = 1000  # commits since the last snapshot read for their tokens, 
 # instead of 14 once the log held 3,000 entries). A writer leaves that to the upkeep round,
 # which checkpoints and cleans once per interval; it still writes its checkpoints.
 _WRITER_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
-# delta-rs tries the next version when another commit took the one it tried (15 times by
-# default). Four writers and the compaction ran out of 15 on 0.6 % of commits, and a
-# commit given up on costs a rewrite of its batch; each try is a read of the commits since.
-_COMMIT_ATTEMPTS = 100
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -196,7 +191,7 @@ class DeltaLandedTable(Lifecycle):
         properties = CommitProperties(
             app_transactions=[Transaction(transaction_app_id(k), t) for k, t in tokens.items()],
             custom_metadata={_TOKENS: json.dumps(dict(tokens))},
-            max_commit_retries=_COMMIT_ATTEMPTS,
+            max_commit_retries=COMMIT_ATTEMPTS,
         )
 
         def commit() -> None:
@@ -210,7 +205,7 @@ class DeltaLandedTable(Lifecycle):
                     post_commithook_properties=_WRITER_HOOKS,
                 )
             except CommitFailedError as exc:
-                if _CONFLICT in str(exc):
+                if CONFLICT in str(exc):
                     raise CommitConflictError(str(exc)) from exc
                 raise
 

@@ -70,8 +70,8 @@ class KafkaLeadership:
     def lost_reason(self) -> str:
         return self._reason or self._session.lost_reason
 
-    def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lost.is_set() or self._session.is_lost(margin)
+    def is_lost(self) -> bool:
+        return self._lost.is_set() or self._session.is_lost()
 
     async def wait_lost(self) -> None:
         await self._lost.wait()

@@ -15,12 +15,8 @@ handler's file is such a file between its write and its commit, so the retention
 longer than any write in flight: hours, not seconds.
 
 The zone is a directory or ``s3://bucket/prefix`` (``open_landing_zone``). Neither command
-creates a table: a zone without one is refused (``ZoneError``).
-
-Run ``compact`` while no leader keeps the table up (its upkeep compacts on a schedule): two
-compactions of the same files at once both commit with delta-rs, and their rows land twice.
-The leader's own compaction is held by its lease (``TableUpkeep.compact``); this command's
-is held by nothing.
+creates a table: a zone without one is refused (``ZoneError``), and so is a compaction that
+another (the leader's) committed over first: nothing changed, run it again.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.delta import TableSettings
+from core.errors import CommitConflictError
 from services.common.settings import load_settings
 from services.common.table_address import is_object_store
 from services.common.upkeep import (
@@ -116,6 +113,8 @@ async def compact_table(
         checkpoint = await keeper.checkpoint() if compaction.days else None
     except NoTableError as exc:  # removed since it was looked at
         raise ZoneError(str(exc)) from None
+    except CommitConflictError as exc:
+        raise ZoneError(f"{exc}; run it again") from None
     return TableCompaction(location, include_today, compaction, checkpoint)
 
 

@@ -38,7 +38,8 @@ from prometheus_client import CollectorRegistry
 
 from adapters.delta import DeltaTableUpkeep, TableSettings
 from adapters.s3 import S3Settings
-from core.ports import Leadership, TableHealth, TableUpkeep
+from core.errors import CommitConflictError
+from core.ports import TableHealth, TableUpkeep
 from core.table import DayFiles, days_to_compact
 from services.common.logs import fields
 from services.common.metrics import TableMetrics
@@ -58,7 +59,6 @@ __all__ = [
 log = logging.getLogger("shoal.table")
 
 _LOGGED_PATHS = 20  # a vacuum's log line names this many of the files it deleted
-_HELD_SHARES = (0.45, 0.3, 0.15)  # of the lease TTL: what a compaction is told it holds
 
 
 class NoTableError(LookupError):
@@ -220,12 +220,9 @@ class TableKeeper:
         self._metrics.observe(health)
         return health
 
-    async def compact(
-        self, *, open_day_files: int | None, held: Callable[[], float] | None = None
-    ) -> Compaction:
+    async def compact(self, *, open_day_files: int | None) -> Compaction:
         """Compact the days that are due. ``open_day_files``: the small files that make
-        the open day (today, UTC) due; None leaves it alone. ``held``: the authority it
-        runs under (``TableUpkeep.compact``)."""
+        the open day (today, UTC) due; None leaves it alone."""
         before = await self.health()
         now = self._clock()
         today = utc_day(now)
@@ -248,7 +245,7 @@ class TableKeeper:
                 ),
             )
         removed, added = await self._upkeep.compact(
-            [d.day for d in days], self.settings.target_file_bytes, held=held
+            [d.day for d in days], self.settings.target_file_bytes
         )
         after = await self.health()
         compaction = Compaction(now, before, after, tuple(d.day for d in days), removed, added)
@@ -324,17 +321,16 @@ class TableKeeper:
 
     # -- on a schedule (the active leader) ------------------------------------------------
 
-    async def round(self, held: Callable[[], float] | None = None) -> None:
-        """One round of upkeep (see the module's docstring), its compaction under ``held``.
-        Never raises but for cancellation: a failure is logged, counted and kept as
-        ``last_error``."""
+    async def round(self) -> None:
+        """One round of upkeep (see the module's docstring). Never raises but for
+        cancellation: a failure is logged, counted and kept as ``last_error``."""
         try:
             if not await self.exists():
                 if not self._no_table_said:
                     log.info("no table to keep up yet", extra=fields(table=self.location))
                     self._no_table_said = True
                 return
-            compaction = await self.compact(open_day_files=self.settings.open_day_files, held=held)
+            compaction = await self.compact(open_day_files=self.settings.open_day_files)
             version = compaction.after.version
             changed = False
             if self.last_checkpoint is None or self.last_checkpoint.version != version:
@@ -350,7 +346,7 @@ class TableKeeper:
             self._metrics.failures.inc()
             error = _describe(exc)
             self.last_error = (self._clock(), error)
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError | CommitConflictError):  # a store, or a race: said
                 log.warning(
                     "table upkeep failed; retrying next interval",
                     extra=fields(
@@ -365,24 +361,14 @@ class TableKeeper:
         else:
             self.last_error = None
 
-    async def run(self, leadership: Leadership, lease_ttl: float) -> None:
-        """A round now and every ``upkeep_interval`` until cancelled (``leadership``, on a
-        lease of ``lease_ttl`` seconds, lost), each compaction held by it."""
-
-        def held() -> float:
-            # What is left of the lease, from below: renewed every ttl / 2, it holds at
-            # least half the TTL while renewals succeed.
-            for share in _HELD_SHARES:
-                if not leadership.is_lost(share * lease_ttl):
-                    return share * lease_ttl
-            return 0.0
-
+    async def run(self) -> None:
+        """A round now and every ``upkeep_interval`` until cancelled (leadership lost)."""
         interval = self.settings.upkeep_interval
         self.active = True
         log.info("table upkeep started", extra=fields(table=self.location, interval=interval))
         try:
             while True:
-                await self.round(held)
+                await self.round()
                 await anyio.sleep(interval)
         finally:
             self.active = False

@@ -172,7 +172,7 @@ class LeaderLoop:
                 tg.start_soon(self.scaling.run, leadership)
             if self.upkeep is not None:
                 # Likewise; a failed round is the keeper's to retry, never a reason to step down.
-                tg.start_soon(self.upkeep.run, leadership, self._settings.lease_ttl)
+                tg.start_soon(self.upkeep.run)
 
     async def _reconcile_loop(
         self, leadership: Leadership, members: Observed[frozenset[MemberId]]

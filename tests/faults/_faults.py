@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from urllib.parse import unquote
 
 import anyio
 import nats
@@ -43,7 +44,6 @@ from core.partitioning import partition_for
 from infra.local._testservers import ServerInfo
 from services.common.backends import Backends
 from services.common.settings import HandlerSettings
-from services.common.table import landed_summary
 from tests.e2e._cluster import (
     LEASE_TTL,
     REPO_ROOT,
@@ -410,7 +410,12 @@ class FaultRun:
         await anyio.sleep(max(0.0, stopped_at + PAUSE - time.time()))
         resumed_at = cluster.kill(victim, signal.SIGCONT)
         await self.settle(HANDLERS)
-        # A write it had in flight gets the time to become visible before it is judged.
+        with anyio.move_on_after(RESUME_BOUND):  # resumed, its write ends committed or deleted
+            while writing is not None:
+                if self._resolved(writing):
+                    break
+                await anyio.sleep(ZONE_POLL)
+        # A late commit gets the time to become visible before it is judged.
         await anyio.sleep(max(0.0, resumed_at + 3.0 - time.time()))
         await self.refresh_zone()
         zombie = self._late_rows(victim, held, lost_generation, stopped_at + LEASE_TTL)
@@ -421,11 +426,12 @@ class FaultRun:
                 f"{victim} made {zombie} rows of partitions it had lost visible "
                 "after its lease expired"
             )
-        if writing is not None and writing.exists():
-            stored = writing.relative_to(Path(self.cluster.zone)).as_posix()
-            if stored not in landed_summary(self.cluster.zone).files:
-                row.problems.append(f"{victim} left its uncommitted {writing.name} behind")
+        if writing is not None and not self._resolved(writing):
+            row.problems.append(f"{victim} left its uncommitted {writing.name} behind")
         return row
+
+    def _resolved(self, file: Path) -> bool:
+        return not file.exists() or ever_committed(self.cluster.zone, file)
 
     async def _stop_mid_write(self, victim: str, within: float = 60.0) -> tuple[float, Path | None]:
         """SIGSTOP ``victim`` as soon as one of its files is being written (a new
@@ -903,3 +909,16 @@ class FaultRun:
                     if letter["message_id"] == message_id and letter["position"] not in not_at:
                         return letter
                 await anyio.sleep(ZONE_POLL)
+
+
+def ever_committed(zone: str | Path, file: Path) -> bool:
+    """Whether a commit in the zone's table log added ``file`` (a compaction may have
+    removed it since: the newest version no longer names it, its file stays until the
+    vacuum)."""
+    wanted = file.relative_to(Path(zone)).as_posix()
+    for entry in sorted((Path(zone) / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            added = json.loads(line).get("add")
+            if added is not None and unquote(added["path"]) == wanted:
+                return True
+    return False

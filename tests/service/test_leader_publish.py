@@ -41,7 +41,7 @@ class PastItsDeadline:
     def leader_id(self) -> MemberId:
         return self._held.leader_id
 
-    def is_lost(self, margin: float = 0.0) -> bool:
+    def is_lost(self) -> bool:
         return True
 
     async def wait_lost(self) -> None:

@@ -1,8 +1,8 @@
 """``core.table``: which positions a batch settles and which messages it leaves out
 (``plan_landing``), the settled places of one log (``Settled``) against a plain set,
 a new message at a position a row already holds (a log that handed it out again),
-how an unconfirmed commit is recognised (``commit_landed``), and which days compaction
-rewrites (``days_to_compact``)."""
+how an unconfirmed commit is recognised (``commit_landed``), which days compaction
+rewrites (``days_to_compact``) and which files of a day it merges (``compaction_groups``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from core.table import (
     DayFiles,
     Settled,
     commit_landed,
+    compaction_groups,
     days_to_compact,
     log_key,
     plan_landing,
@@ -202,3 +203,32 @@ def test_a_redelivered_pack_one_part_of_which_landed_is_no_reuse() -> None:
     assert again.keep == {"b", "c"} and again.reused == {}
     restored = plan_landing(settled, [(log, 7, "x"), (log, 7, "y")])
     assert restored.keep == {"x", "y"} and restored.reused == {log: (7,)}
+
+
+day_files = st.dictionaries(
+    st.text("abcdef", min_size=1, max_size=4), st.integers(0, 120), max_size=30
+).map(lambda sizes: list(sizes.items()))
+
+
+@given(day_files, st.integers(1, 100))
+def test_compaction_merges_small_files_in_groups_within_the_target(
+    files: list[tuple[str, int]], target: int
+) -> None:
+    groups = compaction_groups(files, target)
+    size = dict(files)
+    merged = [path for group in groups for path in group]
+    assert len(merged) == len(set(merged)), "a file in two groups"
+    assert all(size[path] < target for path in merged), "a file at the target rewritten"
+    assert all(len(group) >= 2 for group in groups), "a group that merges nothing"
+    assert all(sum(size[p] for p in group) <= target for group in groups)
+    assert compaction_groups(list(reversed(files)), target) == groups, "depends on the order"
+
+
+@given(st.lists(st.integers(0, 49), min_size=2, max_size=30), st.integers(100, 1000))
+def test_files_that_fit_the_target_together_become_one(sizes: list[int], target: int) -> None:
+    files = [(f"f{i}", size) for i, size in enumerate(sizes)]
+    groups = compaction_groups(files, target)
+    if sum(sizes) <= target:
+        assert sorted(groups[0]) == sorted(path for path, _ in files)
+    else:
+        assert len(groups) > 1 or sum(len(g) for g in groups) < len(files)
