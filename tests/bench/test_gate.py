@@ -1,9 +1,13 @@
 """The CI gate of the pipeline benchmark: short runs (50,000 messages) in which shoal end to
-end must keep its measured speed against the plain client pipeline on the same server, in
-the same run: NATS with the broker fsyncing every write (durable) and with its default
-sync (relaxed), and Kafka durable. Each floor is 0.8 x the ratio measured when issue 32's
-packs landed (docs/benchmarks.md), so a change that gives the gain back cannot land; the full
-table (Kafka relaxed, files, latency, rebalance, memory) is ``tox -e bench``."""
+end must keep its measured cost per message against the plain client pipeline on the same
+server, in the same run: NATS with the broker fsyncing every write (durable) and with its
+default sync (relaxed), and Kafka durable. The figure is the plain pipeline's CPU seconds
+per message over shoal's (every process and server counted, docs/benchmarks.md): messages
+per second move with the machine's disk and cores (NATS durable measured 2.26-2.53 x the
+plain pipeline's rate on one machine and 1.39 x on the CI machine, with the same commit),
+what a message costs much less so. Each floor is 0.8 x the lowest this gate measured with
+issue 32's packs on either machine, so a change that gives the gain back cannot land; the
+full table (Kafka relaxed, files, latency, rebalance, memory) is ``tox -e bench``."""
 
 from __future__ import annotations
 
@@ -16,18 +20,19 @@ from infra.local.servers import start_etcd
 from tests.bench.pipeline import cpu_per_100k, raw_rate, servers_for, shoal_throughput
 
 MESSAGES = 50_000
-# shoal / plain msgs/s: 0.8 x the lowest of this gate's runs with packs (docs/benchmarks.md:
-# NATS durable 2.26-2.53 x, relaxed 0.45-0.62 x, Kafka durable 0.29-0.31 x).
+# plain CPU s / shoal CPU s per message: 0.8 x the lowest of this gate's runs with packs
+# (docs/benchmarks.md: NATS durable 1.23 x on both machines, relaxed 0.90-0.91 x, Kafka
+# durable 0.21-0.28 x).
 FLOORS = {
-    ("nats", "durable"): 1.8,
-    ("nats", "relaxed"): 0.36,
-    ("kafka", "durable"): 0.23,
+    ("nats", "durable"): 0.98,
+    ("nats", "relaxed"): 0.72,
+    ("kafka", "durable"): 0.17,
 }
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("transport", "mode"), list(FLOORS))
-async def test_end_to_end_keeps_its_ratio_to_the_plain_pipeline(
+async def test_shoal_keeps_its_cost_per_message_against_the_plain_pipeline(
     tmp_path: Path, transport: str, mode: str
 ) -> None:
     etcd = start_etcd()
@@ -37,16 +42,19 @@ async def test_end_to_end_keeps_its_ratio_to_the_plain_pipeline(
             shoal = await shoal_throughput(transport, servers, MESSAGES, tmp_path)
     finally:
         etcd.stop()
-    ratio = shoal.rate / raw
+    shoal_cost = cpu_per_100k(shoal.cpu, MESSAGES)
+    plain_cost = cpu_per_100k(raw_cpu, MESSAGES)
+    ratio = plain_cost / shoal_cost
     floor = FLOORS[transport, mode]
     print(
-        f"\nBENCH gate: {transport} {mode}, {MESSAGES} messages: shoal {shoal.rate:,.0f} "
-        f"msgs/s, plain {raw:,.0f} msgs/s, {ratio:.2f} x (floor {floor}); the gateway "
-        f"accepted {shoal.accepted_rate:,.0f} msgs/s; CPU s per 100k messages: shoal "
-        f"{cpu_per_100k(shoal.cpu, MESSAGES):.1f}, plain {cpu_per_100k(raw_cpu, MESSAGES):.1f}; "
+        f"\nBENCH gate: {transport} {mode}, {MESSAGES} messages: CPU s per 100k messages: "
+        f"shoal {shoal_cost:.1f}, plain {plain_cost:.1f}: shoal's messages per CPU-second "
+        f"{ratio:.2f} x the plain pipeline's (floor {floor}); shoal {shoal.rate:,.0f} msgs/s "
+        f"(the gateway accepted {shoal.accepted_rate:,.0f}), plain {raw:,.0f} msgs/s; "
         f"{len(shoal.zone.files)} files, {shoal.zone.duplicates} duplicate rows"
     )
     assert shoal.zone.duplicates == 0
     assert ratio >= floor, (
-        f"{transport} {mode}: shoal end to end is {ratio:.2f} x the plain pipeline (< {floor})"
+        f"{transport} {mode}: shoal moves {ratio:.2f} x the plain pipeline's messages per "
+        f"CPU-second (< {floor})"
     )
