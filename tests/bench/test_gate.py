@@ -21,11 +21,11 @@ from tests.bench.pipeline import cpu_per_100k, raw_rate, servers_for, shoal_thro
 
 MESSAGES = 50_000
 # plain CPU s / shoal CPU s per message: 0.8 x the lowest of this gate's runs with packs
-# (docs/benchmarks.md: NATS durable 1.23 x on both machines, relaxed 0.90-0.91 x, Kafka
-# durable 0.21-0.28 x).
+# (docs/benchmarks.md: NATS durable 1.23-1.45 x over five runs on two machines, relaxed
+# 0.80-1.34 x, Kafka durable 0.21-0.28 x).
 FLOORS = {
     ("nats", "durable"): 0.98,
-    ("nats", "relaxed"): 0.72,
+    ("nats", "relaxed"): 0.64,
     ("kafka", "durable"): 0.17,
 }
 
