@@ -58,6 +58,7 @@ from core.messages import LandedRow
 from core.table import LandedFile
 
 __all__ = [
+    "FILE_ORDER",
     "LANDED_SCHEMA",
     "EncodedFile",
     "ParquetSettings",
@@ -152,11 +153,13 @@ def encode_files(rows: Sequence[LandedRow], settings: ParquetSettings) -> list[E
     return encoded
 
 
+FILE_ORDER = [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
+"""How a file holds its rows (``pa.Table.sort_by``): a handler's, and a compaction's."""
+
+
 def sorted_table(rows: Sequence[LandedRow]) -> pa.Table:
     """``rows`` as one file holds them: sorted by partition, project and sequence."""
-    return to_table(rows).sort_by(
-        [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
-    )
+    return to_table(rows).sort_by(FILE_ORDER)
 
 
 def write_parquet(table: pa.Table, where: Any, settings: ParquetSettings) -> None:

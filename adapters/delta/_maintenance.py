@@ -40,7 +40,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from adapters._parquet_format import ParquetSettings, delta_stats, write_parquet
+from adapters._parquet_format import FILE_ORDER, ParquetSettings, delta_stats, write_parquet
 from adapters.delta._layout import COMMIT_ATTEMPTS, CONFLICT, LOG_FOLDER, PARTITION_COLUMN
 from core.table import COMPACTION_APP_ID, compaction_groups
 
@@ -48,7 +48,6 @@ __all__ = ["main"]
 
 _NATIVE_TRACE = re.compile(r"\n\s*0: ")
 _LISTING_TRIES = 3  # a log file can go (a staging file renamed) between a listing and its stat
-_SORT_KEYS = [("partition", "ascending"), ("project_id", "ascending"), ("sequence", "ascending")]
 
 
 def _open(request: Mapping[str, Any]) -> DeltaTable:
@@ -133,7 +132,7 @@ def compact(
         for day in sorted(by_day):
             values: dict[str, str | None] = {PARTITION_COLUMN: day}
             for group in compaction_groups(by_day[day], target_bytes):
-                rows = pa.concat_tables(_read(store, path) for path in group).sort_by(_SORT_KEYS)
+                rows = pa.concat_tables(_read(store, path) for path in group).sort_by(FILE_ORDER)
                 path = f"{PARTITION_COLUMN}={day}/compacted-{uuid.uuid4().hex}.parquet"
                 with store.open_output_stream(path) as out:
                     write_parquet(rows, out, settings)
