@@ -143,7 +143,7 @@ class KafkaSettings(ConnectionSecurity):
     fetch_max_bytes: int = Field(
         default=1024 * 1024,
         ge=1024,
-        description="per subscription (one consumer, one partition): what it prefetches",
+        description="per subscribed partition: what the transport's reader prefetches of it",
     )
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"

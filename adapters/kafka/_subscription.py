@@ -1,8 +1,9 @@
 """``KafkaSubscription`` and ``KafkaDelivery``: JetStream-like deliveries on one Kafka partition.
 
-Kafka has offsets, not per-message acks. A subscription ``assign()``s exactly its partition
-(no group membership: the group id only names where offsets are committed), starts at the
-committed offset, and emulates the port's per-message semantics on top (the ``Settlements``).
+Kafka has offsets, not per-message acks. A subscription reads exactly its partition through
+the transport's reader (``_reader``: one group-less consumer for all of them; the group id
+only names where offsets are committed), starts at the committed offset, and emulates the
+port's per-message semantics on top (the ``Settlements``).
 
 A record is one message, or a pack of several (``core.packing``, ``_codec.decode_all``): each
 part is a delivery of its own, at the record's offset, settled, kept alive, expired and
@@ -50,7 +51,7 @@ landed table settles each message at its position by its id: ``core.table``). Be
   also skips re-publishing ids it already stored. A duplicate that reaches another
   subscriber is delivered: the sink's readers count duplicates by message id.
 
-``close()`` commits the settlements and stops the consumer; the next ``open()`` of the
+``close()`` commits the settlements and stops reading the partition; the next ``open()`` of the
 partition resumes from that commit (that is the handoff). Settlements after close are
 no-ops: those records come back to the next subscriber.
 
@@ -69,7 +70,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,7 @@ from adapters.kafka._aiokafka import (
 )
 from adapters.kafka._codec import decode_all, dedupe_key
 from adapters.kafka._dead_letter import DeadLetters
+from adapters.kafka._reader import Reader
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
 from core.errors import BrokerUnavailableError, FencedError, PositionGoneError
@@ -168,14 +170,15 @@ class KafkaDelivery:
 
 
 class KafkaSubscription:
-    """One partition, assigned to one consumer (see the module docstring)."""
+    """One partition, read through the transport's reader (see the module docstring)."""
 
     def __init__(
         self,
         partition: Partition,
         consumer_id: str,
         *,
-        consumer: Any,
+        reader: Reader,
+        release: Callable[[anyio.CancelScope], Awaitable[None]],
         committer: Any,
         tp: Any,
         settlements: Settlements,
@@ -186,7 +189,8 @@ class KafkaSubscription:
     ) -> None:
         self.partition = partition
         self.consumer_id = consumer_id
-        self._consumer = consumer
+        self._reader = reader  # the transport's consumer, shared by its subscriptions
+        self._release = release  # (a close's deadline) -> the reader stops reading it
         self._committer = committer  # the partition's transactional producer (the fence)
         self._tp = tp
         self._settlements = settlements
@@ -260,7 +264,7 @@ class KafkaSubscription:
         with anyio.CancelScope() as scope:
             self._wake = scope
             try:
-                batch = await self._consumer.getmany(
+                batch = await self._reader.consumer.getmany(
                     self._tp, timeout_ms=max(int(wait * 1000), 0), max_records=n
                 )
                 records = list(batch.get(self._tp, ()))
@@ -554,7 +558,7 @@ class KafkaSubscription:
 
     async def close(self) -> None:
         """Commit what is settled (and the delivery counts, less one delivery of each
-        unsettled record: the close excuses it), stop the consumer. The next open() of the
+        unsettled record: the close excuses it), stop reading the partition. The next open() of the
         partition resumes from this commit; unsettled records come back to it at once,
         with the attempt they had. A commit that fails leaves their deliveries counted.
         Idempotent."""
@@ -573,9 +577,7 @@ class KafkaSubscription:
                 log.warning("closing partition %d: %s", self.partition, exc)
             except FencedError:
                 pass  # superseded: its successor's commits stand
-            await stop_quietly(
-                self._consumer, "stop", scope, f"consumer of partition {self.partition}"
-            )
+            await self._release(scope)
             await stop_quietly(
                 self._committer, "stop", scope, f"committer of partition {self.partition}"
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections import OrderedDict
@@ -26,6 +27,7 @@ from adapters.kafka._aiokafka import (
 from adapters.kafka._codec import encode
 from adapters.kafka._dead_letter import DeadLetters
 from adapters.kafka._login import check_login
+from adapters.kafka._reader import Readers
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
 from adapters.kafka._subscription import KafkaSubscription
@@ -94,6 +96,7 @@ class KafkaTransport(Lifecycle):
         self._peek_lock = anyio.Lock()
         self._dead: DeadLetters | None = None
         self._subscriptions: set[KafkaSubscription] = set()
+        self._readers = Readers(self._new_reader, settings.close_timeout)
         self._stored: OrderedDict[str, float] = OrderedDict()  # message id -> stored at
         self._coordinators: dict[str, int] = {}  # group id -> its coordinator's node id
 
@@ -156,6 +159,7 @@ class KafkaTransport(Lifecycle):
         self._admin = self._producer = self._probe = self._peek = self._dead = None
         for sub in list(self._subscriptions):
             await sub.close()
+        await self._readers.stop()
         for name, client, stop in (
             ("probe consumer", probe, "stop"),
             ("peek consumer", peek, "stop"),
@@ -172,6 +176,20 @@ class KafkaTransport(Lifecycle):
                 )
                 if client is producer:
                     await _abandon(producer)
+
+    def _new_reader(self, number: int) -> Any:
+        s = self.settings
+        return AIOKafkaConsumer(
+            client_id=f"{s.client_id}-reader-{number}",
+            group_id=None,  # offsets are committed by each partition's committer
+            enable_auto_commit=False,
+            # A position the log no longer holds is an error (``PositionGoneError``), not
+            # a silent reset: the partition is opened again from its commit.
+            auto_offset_reset="none",
+            max_partition_fetch_bytes=s.fetch_max_bytes,
+            max_poll_records=s.max_ack_pending,
+            **s.client_options(),
+        )
 
     @property
     def dead_letters(self) -> int:
@@ -256,43 +274,29 @@ class KafkaTransport(Lifecycle):
             )
 
     async def open(self, partition: Partition, consumer_id: str) -> Subscription:
-        """Subscribe to ``partition``: a consumer that ``assign()``s exactly it, starting at
-        the committed offset (group ``offsets_group_id``) or the earliest one, and the
-        partition's transactional producer that commits (starting it fences every earlier
-        subscriber's commits: see ``KafkaSubscription``). Broker errors and an unanswered
+        """Subscribe to ``partition``: the transport's reader (one consumer for every
+        partition it reads, ``_reader``) reads it from the committed offset (group
+        ``offsets_group_id``) or the earliest one, and the partition's transactional
+        producer commits (starting it fences every earlier subscriber's commits: see
+        ``KafkaSubscription``). Broker errors and an unanswered
         broker raise ``BrokerUnavailableError``."""
         s = self.settings
         dead = self._started(self._dead)
         self._check_partition(partition)
         tp = TopicPartition(s.topic, partition)
-        client_id = f"{s.client_id}-{consumer_id}-p{partition}"
-        consumer = AIOKafkaConsumer(
-            client_id=client_id,
-            group_id=None,  # offsets are committed by the committer, in transactions
-            enable_auto_commit=False,
-            # A position the log no longer holds is an error (``PositionGoneError``), not
-            # a silent reset: the partition is opened again from its commit.
-            auto_offset_reset="none",
-            fetch_max_bytes=s.fetch_max_bytes,
-            max_partition_fetch_bytes=s.fetch_max_bytes,
-            max_poll_records=s.max_ack_pending,
-            **s.client_options(),
-        )
         committer = AIOKafkaProducer(
-            client_id=f"{client_id}-commits",
+            client_id=f"{s.client_id}-{consumer_id}-p{partition}-commits",
             transactional_id=f"{s.offsets_group_id}:{s.topic}:{partition}",
             **{**s.client_options(), "retry_backoff_ms": s.ms(_COMMIT_RETRY_BACKOFF)},
         )
         try:
             with anyio.fail_after(s.connect_timeout):
                 await committer.start()  # the fence first: no earlier commit lands after it
-                await consumer.start()
                 base, metadata = await self._committed(partition, check_start=True)
-                consumer.assign([tp])
-                consumer.seek(tp, base)
+                settlements = Settlements.restore(base, metadata)
+                reader = await self._readers.reader_for(tp, lambda: settlements.read_to)
         except BaseException as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(s.close_timeout) as scope:
-                await stop_quietly(consumer, "stop", scope, "consumer")
                 await stop_quietly(committer, "stop", scope, "committer")
             if isinstance(exc, KafkaError | TimeoutError):
                 raise BrokerUnavailableError(
@@ -303,10 +307,11 @@ class KafkaTransport(Lifecycle):
         sub = KafkaSubscription(
             partition,
             consumer_id,
-            consumer=consumer,
+            reader=reader,
+            release=functools.partial(self._readers.release, reader, tp),
             committer=committer,
             tp=tp,
-            settlements=Settlements.restore(base, metadata),
+            settlements=settlements,
             settings=s,
             dead=dead,
             log_id=self._log_id,
