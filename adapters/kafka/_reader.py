@@ -2,9 +2,9 @@
 
 One group-less ``AIOKafkaConsumer`` serves every partition a process subscribes to: its
 fetcher asks each broker once for all of them, where a consumer per partition (64 per
-handler) sent a fetch request per partition, and the broker's CPU per message doubled.
-Each subscription still reads only its own partition (``getmany(tp)``) and keeps its own
-offsets; the reader only carries the records.
+handler) ran a fetch loop and a connection each (measured: the handlers' CPU per message
+0.84 x of that, docs/benchmarks.md). Each subscription still reads only its own partition
+(``getmany(tp)``) and keeps its own offsets; the reader only carries the records.
 
 aiokafka's ``assign()`` replaces the assignment and forgets every position, so adding or
 removing a partition re-assigns the rest and seeks each back to where its subscription

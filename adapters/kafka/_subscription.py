@@ -86,7 +86,6 @@ from adapters.kafka._aiokafka import (
 )
 from adapters.kafka._codec import decode_all, dedupe_key
 from adapters.kafka._dead_letter import DeadLetters
-from adapters.kafka._reader import Reader
 from adapters.kafka._settings import KafkaSettings
 from adapters.kafka._settlements import Settlements
 from core.errors import BrokerUnavailableError, FencedError, PositionGoneError
@@ -177,7 +176,7 @@ class KafkaSubscription:
         partition: Partition,
         consumer_id: str,
         *,
-        reader: Reader,
+        consumer: Any,
         release: Callable[[anyio.CancelScope], Awaitable[None]],
         committer: Any,
         tp: Any,
@@ -189,7 +188,7 @@ class KafkaSubscription:
     ) -> None:
         self.partition = partition
         self.consumer_id = consumer_id
-        self._reader = reader  # the transport's consumer, shared by its subscriptions
+        self._consumer = consumer  # the transport's reader, shared by its subscriptions
         self._release = release  # (a close's deadline) -> the reader stops reading it
         self._committer = committer  # the partition's transactional producer (the fence)
         self._tp = tp
@@ -264,7 +263,7 @@ class KafkaSubscription:
         with anyio.CancelScope() as scope:
             self._wake = scope
             try:
-                batch = await self._reader.consumer.getmany(
+                batch = await self._consumer.getmany(
                     self._tp, timeout_ms=max(int(wait * 1000), 0), max_records=n
                 )
                 records = list(batch.get(self._tp, ()))

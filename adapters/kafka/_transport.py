@@ -307,7 +307,7 @@ class KafkaTransport(Lifecycle):
         sub = KafkaSubscription(
             partition,
             consumer_id,
-            reader=reader,
+            consumer=reader.consumer,
             release=functools.partial(self._readers.release, reader, tp),
             committer=committer,
             tp=tp,
