@@ -6,7 +6,7 @@
     ``ImpossibleFanOutError``
   - ``UnknownStrategyError`` (a ``LookupError``), ``InvalidScalingSettings`` (a ``ValueError``)
   - coordination: ``StoreUnavailableError``, ``LeaseLostError``, ``MemberExistsError``,
-    ``FencedError``
+    ``FencedError``, ``RevisionConflictError``
   - broker: ``PublishError`` and its ``PublishRefusedError``, ``BrokerUnavailableError``
     (a ``TimeoutError``) and its ``PositionGoneError``, ``DurabilityError``
   - any server: ``IncompatibleServerError``
@@ -66,6 +66,12 @@ class MemberExistsError(ShoalError):
 
 class FencedError(ShoalError):
     """A write guarded by a term or generation was refused: a newer leader or generation exists."""
+
+
+class RevisionConflictError(ShoalError):
+    """A conditional write of a ``CoordinationStore`` was refused: the key exists (create),
+    or it is absent or its revision is not the one given (update, delete). Nothing
+    changed; read again and decide again."""
 
 
 class PublishError(ShoalError):

@@ -18,6 +18,7 @@ from core.access import ApiKey
 from core.coordination import Hold, Leader, Registration
 from core.dead_letters import DeadLetter
 from core.idempotency import IdempotentAnswer
+from core.keyspace import KeyChange, KeyValue, Listing, Resync
 from core.messages import Envelope, LandedRow, LedgerEntry
 from core.model import Assignment, MemberId, MemberStats, Partition
 from core.replay import StoredMessage, Window
@@ -29,6 +30,7 @@ __all__ = [
     "AcceptanceLedger",
     "ApiKeyStore",
     "AssignmentStore",
+    "CoordinationStore",
     "DeadLetterQueue",
     "Delivery",
     "Election",
@@ -236,6 +238,71 @@ class ProjectRegistry(Protocol):
 
     async def projects(self, partition: Partition, *, now: float) -> frozenset[str]:
         """The projects registered on ``partition`` and not expired at ``now``."""
+        ...
+
+
+class CoordinationStore(Protocol):
+    """Versioned keys, leases and prefix watches: what coordination stores differ in
+    (Vitess's topo ``Conn``, Kubernetes' ``storage.Interface``). Keys, prefixes, revisions
+    and the values below are ``core.keyspace``'s; ``ValueError`` for a key or prefix that
+    breaks its grammar.
+
+    Conditional writes raise ``RevisionConflictError`` when their condition does not hold
+    (nothing changed then). A write on a lease raises ``LeaseLostError`` when the lease is
+    no longer live (nothing written). A write states the lease of the key each time: a
+    write without one unbinds the key from any lease. Every method raises
+    ``StoreUnavailableError`` when the store does not answer in time; a write may or may
+    not have been applied then (read again).
+    """
+
+    async def get(self, key: str) -> KeyValue | None:
+        """The key with its revision, or None when absent."""
+        ...
+
+    async def list_prefix(self, prefix: str) -> Listing:
+        """Every key under ``prefix``, read at one revision."""
+        ...
+
+    async def create(self, key: str, value: bytes, *, lease: int | None = None) -> int:
+        """Store ``key`` if it is absent (bound to ``lease`` when given): its revision."""
+        ...
+
+    async def update(
+        self, key: str, value: bytes, *, revision: int, lease: int | None = None
+    ) -> int:
+        """Store ``key`` if its revision is still ``revision``: the new revision."""
+        ...
+
+    async def delete(self, key: str, *, revision: int) -> int:
+        """Delete ``key`` if its revision is still ``revision``: the deletion's revision."""
+        ...
+
+    async def grant(self, ttl: float) -> int:
+        """A new lease of ``ttl`` seconds (``ValueError`` unless positive and finite); the
+        store may round it up (etcd: whole seconds, 2 at least; NATS KV: whole seconds).
+        It expires, by the store's clock, no sooner than ``ttl`` after the grant or its last
+        ``keep_alive``; then the keys bound to it are deleted, each deletion a change that
+        watchers see."""
+        ...
+
+    async def keep_alive(self, lease: int) -> None:
+        """Restart ``lease``'s TTL. ``LeaseLostError`` when it expired or was revoked."""
+        ...
+
+    async def revoke(self, lease: int) -> None:
+        """End ``lease`` now and delete the keys bound to it. Idempotent: a lease that is
+        gone already is fine."""
+        ...
+
+    def watch(self, prefix: str, *, after: int | None = None) -> AsyncIterator[KeyChange | Resync]:
+        """Yield the changes under ``prefix`` in revision order, each once: with ``after``
+        None, first a ``Resync`` holding the listing now, then the changes after it; with
+        ``after`` (a ``Listing.revision``), the changes after it. When the store cannot
+        give every change since the last one yielded (compacted, lost, or a restart
+        without its history), it yields a ``Resync`` with a fresh listing and goes on from
+        there, so the watcher never misses a state; superseded writes of one key may be
+        coalesced into the last. Retries while the store is unreachable; the caller
+        closes it to stop."""
         ...
 
 

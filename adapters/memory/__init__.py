@@ -3,7 +3,8 @@ suites, for service-level tests.
 
 Coordination: one ``InMemoryCoordination`` state shared by ``InMemoryMembership``,
 ``InMemoryElection``, ``InMemoryAssignmentStore``, ``InMemoryHoldStore`` and
-``InMemoryProjectRegistry`` (one class per port).
+``InMemoryProjectRegistry`` (one class per port). ``InMemoryCoordinationStore``: the
+``CoordinationStore`` port (versioned keys, leases, watches) on its own.
 """
 
 from adapters.memory._api_keys import InMemoryApiKeys
@@ -11,6 +12,7 @@ from adapters.memory._coordination import InMemoryCoordination
 from adapters.memory._election import InMemoryElection, InMemoryLeadership
 from adapters.memory._history import InMemoryHistory
 from adapters.memory._idempotency import InMemoryIdempotencyStore
+from adapters.memory._kv import InMemoryCoordinationStore
 from adapters.memory._ledger import InMemoryLedger
 from adapters.memory._membership import (
     InMemoryLoadReports,
@@ -30,6 +32,7 @@ __all__ = [
     "InMemoryApiKeys",
     "InMemoryAssignmentStore",
     "InMemoryCoordination",
+    "InMemoryCoordinationStore",
     "InMemoryElection",
     "InMemoryHistory",
     "InMemoryHoldStore",
