@@ -8,10 +8,12 @@ reports, each with its member's token), ``leader`` (``token:term:id`` with a TTL
 change-event stream every mutating script appends to). Each adapter is an async context
 manager owning its connection pool, lease renewals and change feed. Needs
 ``notify-keyspace-events`` with ``Ex`` (or ``KEA``) to see expirations at once; without
-it they are seen within ``resync_interval``.
+it they are seen within ``resync_interval``. ``RedisCoordinationStore``: the
+``CoordinationStore`` port, under ``shoal:{group}:kv:`` (see its module).
 """
 
 from adapters.redis._election import RedisElection, RedisLeadership
+from adapters.redis._kv import RedisCoordinationStore
 from adapters.redis._membership import (
     RedisLoadReports,
     RedisMembership,
@@ -22,6 +24,7 @@ from adapters.redis._store import RedisAssignmentStore, RedisHoldStore, RedisPro
 
 __all__ = [
     "RedisAssignmentStore",
+    "RedisCoordinationStore",
     "RedisElection",
     "RedisHoldStore",
     "RedisLeadership",
