@@ -8,9 +8,12 @@ term is the revision of the create), ``assignment`` (the assignment JSON with it
 ``projects.{p}.{id}`` (a registration's expiry, with a TTL). Ids are escaped to the key
 charset (``_keys``). Each adapter is an async context manager owning its NATS connection,
 lease renewals and change feed (a KV watcher). See docs/architecture.md.
+``NatsKvCoordinationStore``: the ``CoordinationStore`` port, under ``k.``, ``lease.`` and
+``bind.`` of the same bucket (see its module for the leases).
 """
 
 from adapters.natskv._election import NatsKvElection, NatsKvLeadership
+from adapters.natskv._kv import NatsKvCoordinationStore
 from adapters.natskv._membership import (
     NatsKvLoadReports,
     NatsKvMembership,
@@ -21,6 +24,7 @@ from adapters.natskv._store import NatsKvAssignmentStore, NatsKvHoldStore, NatsK
 
 __all__ = [
     "NatsKvAssignmentStore",
+    "NatsKvCoordinationStore",
     "NatsKvElection",
     "NatsKvHoldStore",
     "NatsKvLeadership",

@@ -31,8 +31,8 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
@@ -69,6 +69,7 @@ class Entry:
     key: str
     value: bytes
     revision: int
+    headers: Mapping[str, str] = field(default_factory=dict)  # the KV-reserved ones too
 
 
 def ttl_seconds(ttl: float) -> int:
@@ -278,7 +279,7 @@ class Bucket:
             return None, 0
         if is_tombstone(msg.headers):
             return None, int(msg.seq)
-        return Entry(key, msg.data or b"", int(msg.seq)), int(msg.seq)
+        return Entry(key, msg.data or b"", int(msg.seq), dict(msg.headers or {})), int(msg.seq)
 
     async def get(self, key: str) -> Entry | None:
         return (await self.latest(key))[0]
@@ -316,11 +317,13 @@ class Bucket:
         fence: str,
         fence_revision: int,
         record: tuple[str, bytes],
+        headers: Mapping[str, str] | None = None,
     ) -> int | None:
         """Write ``key`` if its revision is still ``last`` and ``fence``'s is still
         ``fence_revision``, both or nothing (module doc): the new revision, or None when
         either moved. The batch's first message writes ``record`` (a key and its value that
-        nothing needs to read: a batch's comparisons ride on its writes)."""
+        nothing needs to read: a batch's comparisons ride on its writes); ``headers`` go
+        with ``key``'s message."""
         nc = self._nc
         self._kv_or_fail()
         assert nc is not None
@@ -332,6 +335,7 @@ class Bucket:
             _EXPECTED_LAST_OF: self._subject + fence,
         }
         write = {
+            **(headers or {}),
             _BATCH_ID: batch,
             _BATCH_SEQUENCE: "2",
             _BATCH_COMMIT: "1",
@@ -368,15 +372,21 @@ class Bucket:
         assert revision is not None  # no comparison, so never refused for one
         return revision
 
-    async def delete(self, key: str, *, last: int | None = None) -> bool:
-        """Delete ``key`` (if its revision is still ``last``, when given): False when it
-        was not. The purge marker stays until the key is written again (module doc)."""
+    async def delete(self, key: str, *, last: int | None = None) -> int | None:
+        """Delete ``key`` (if its revision is still ``last``, when given): the revision of
+        the deletion, None when it was refused. The purge marker stays until the key is
+        written again (module doc)."""
         headers = {_KV_OP: "PURGE", "Nats-Rollup": "sub"}
-        revision = await self._publish(key, b"", last=last, ttl=None, headers=headers)
-        return revision is not None
+        return await self._publish(key, b"", last=last, ttl=None, headers=headers)
 
     async def snapshot(self, prefix: str) -> dict[str, Entry]:
-        """Every live key starting with ``prefix`` (ending with a dot) or equal to it.
+        """Every live key starting with ``prefix`` (ending with a dot) or equal to it."""
+        return (await self.listing(prefix))[0]
+
+    async def listing(self, prefix: str) -> tuple[dict[str, Entry], int]:
+        """``snapshot``, and the highest revision among the keys' last messages, deletion
+        markers included (0 when there is none): the keys' state at that revision, since
+        any later write to one of them would be its last message.
 
         Read with a KV watcher (last value per key), to the entry after which the server
         says nothing is pending. Not to nats-py's end-of-initial-values marker: it is put
@@ -386,27 +396,29 @@ class Bucket:
         kv = self._kv_or_fail()
         pattern = prefix + ">" if prefix.endswith(".") else prefix
 
-        async def read() -> dict[str, Entry]:
+        async def read() -> tuple[dict[str, Entry], int]:
             entries: dict[str, Entry] = {}
+            revision = 0
             watcher = await kv.watch(pattern, inactive_threshold=self.settings.call_timeout)
             try:
                 sub = watcher._sub
                 assert sub is not None  # kv.watch subscribed it
                 info = await sub.consumer_info()
                 if info.num_pending == 0 and info.delivered.consumer_seq == 0:
-                    return entries  # nothing stored, nothing in flight
+                    return entries, revision  # nothing stored, nothing in flight
                 async for entry in watcher:
                     if entry is None:  # nats-py's marker (see above): not the end
                         continue
+                    revision = max(revision, entry.revision or 0)
                     if entry.operation in ("DEL", "PURGE"):
                         entries.pop(entry.key, None)
                     else:
                         entries[entry.key] = Entry(entry.key, entry.value or b"", entry.revision)
                     if not entry.delta:
-                        return entries
+                        return entries, revision
             finally:
                 await stop_watcher(watcher)
-            return entries
+            return entries, revision
 
         return await self._call(f"read {pattern}", read, None)
 
@@ -416,6 +428,51 @@ class Bucket:
         kv = self._kv_or_fail()
         pattern = prefix + ">" if prefix.endswith(".") else prefix
         return await self._call(f"watch {pattern}", lambda: kv.watch(pattern), None)
+
+    async def follow(self, prefix: str, after: int) -> JetStreamContext.PushSubscription:
+        """The raw messages under ``prefix`` (ending with a dot) from revision ``after + 1``
+        on, deletion and expiry markers included, in order (an ordered consumer); the
+        caller unsubscribes it."""
+        js = self._js
+        self._kv_or_fail()
+        assert js is not None
+        config = js_api.ConsumerConfig(opt_start_seq=after + 1)
+
+        async def subscribe() -> JetStreamContext.PushSubscription:
+            return await js.subscribe(
+                self._subject + prefix + ">",
+                stream=self._stream,
+                ordered_consumer=True,
+                deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+                config=config,
+                inactive_threshold=self.settings.call_timeout,
+            )
+
+        return await self._call(f"follow {prefix}> after {after}", subscribe, None)
+
+    def key_of(self, subject: str) -> str:
+        """The key a message of ``follow`` was written to."""
+        return subject.removeprefix(self._subject)
+
+    async def purge_prefix(self, prefix: str) -> None:
+        """Remove every message under ``prefix`` (ending with a dot), leaving no marker:
+        for records nothing must see deleted."""
+        js = self._js
+        self._kv_or_fail()
+        assert js is not None
+        subject = self._subject + prefix + ">"
+        await self._call(
+            f"purge {prefix}>", lambda: js.purge_stream(self._stream, subject=subject), None
+        )
+
+    async def history(self) -> tuple[str, int]:
+        """Which history the bucket holds (its stream's creation time: another after it was
+        deleted and made again) and how far it goes (the last revision)."""
+        js = self._js
+        self._kv_or_fail()
+        assert js is not None
+        info = await self._call("stream info", lambda: js.stream_info(self._stream), None)
+        return str(info.created), int(info.state.last_seq)
 
 
 async def stop_watcher(watcher: KeyValue.KeyWatcher) -> None:

@@ -250,27 +250,40 @@ class CoordinationStoreContract:
         self, harness: StoreHarness
     ) -> None:
         async with harness.store() as store, harness.store() as observer:
-            before = await store.create("w/before", b"0")
+            updated = await store.create("w/updated", b"0")
+            deleted = await store.create("w/deleted", b"0")
             listing = await observer.list_prefix("w/")
-            assert listing.entries == (KeyValue("w/before", b"0", before),)
-            written = []
+            assert [entry.revision for entry in listing.entries] == [deleted, updated]
             async with watching(observer.watch("w/", after=listing.revision)) as events:
-                a1 = await store.create("w/a", b"1")
+                created = await store.create("w/a", b"1")
                 await store.create("x/outside", b"")
-                a2 = await store.update("w/a", b"2", revision=a1)
-                b1 = await store.create("w/b", b"1")
-                a3 = await store.delete("w/a", revision=a2)
-                gone = await store.delete("w/before", revision=before)
-                for _ in range(5):
-                    written.append(await next_change(events))
-            assert written == [
-                KeyChange("w/a", b"1", a1),
-                KeyChange("w/a", b"2", a2),
-                KeyChange("w/b", b"1", b1),
-                KeyChange("w/a", None, a3),
-                KeyChange("w/before", None, gone),
+                update = await store.update("w/updated", b"2", revision=updated)
+                deletion = await store.delete("w/deleted", revision=deleted)
+                seen = [await next_change(events) for _ in range(3)]
+            assert seen == [
+                KeyChange("w/a", b"1", created),
+                KeyChange("w/updated", b"2", update),
+                KeyChange("w/deleted", None, deletion),
             ]
-            assert a1 < a2 < b1 < a3 < gone
+            assert created < update < deletion
+
+    async def test_watch_ends_on_the_last_write_of_a_key_written_in_quick_succession(
+        self, harness: StoreHarness
+    ) -> None:
+        """Each change comes once and in order; superseded writes may be coalesced (a
+        bucket that keeps one value per key), the last never."""
+        async with harness.store() as store:
+            listing = await store.list_prefix("q/")
+            async with watching(store.watch("q/", after=listing.revision)) as events:
+                revision = await store.create("q/k", b"0")
+                for n in range(1, 5):
+                    revision = await store.update("q/k", str(n).encode(), revision=revision)
+                last = await store.delete("q/k", revision=revision)
+                seen = [await next_change(events)]
+                while seen[-1].revision != last:
+                    seen.append(await next_change(events))
+            assert [change.revision for change in seen] == sorted({c.revision for c in seen})
+            assert seen[-1] == KeyChange("q/k", None, last)
 
     async def test_watch_after_a_listing_yields_the_changes_made_since(
         self, harness: StoreHarness

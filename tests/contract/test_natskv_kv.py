@@ -1,0 +1,64 @@
+"""The ``CoordinationStore`` contract suite against NATS JetStream KV (the session's
+``nats_server``). Every test gets a bucket of its own (a fresh group), deleted afterwards;
+the restart test restarts the session's nats-server (local mode: file storage,
+``sync_interval: always``), which keeps the bucket."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import nats
+import pytest
+from nats.js.errors import NotFoundError
+
+from adapters.nats import NatsSettings
+from adapters.natskv import NatsKvCoordinationStore, NatsKvSettings
+from infra.local._testservers import ServerInfo
+from tests.contract._coordination import server_features
+from tests.contract._kv import CoordinationStoreContract
+
+# A TTL is whole seconds on the wire, and the server ends a key within about a fifth of a
+# second past it; the sweeper then deletes the bound keys.
+EXPIRY_SLACK = 1.5
+
+
+class NatsKvStoreHarness:
+    """The dialect on a bucket of its own (one group per test) of the session's nats-server."""
+
+    def __init__(self, server: ServerInfo) -> None:
+        self._server = server
+        self.settings = NatsKvSettings(
+            group=f"t-{uuid.uuid4().hex[:12]}",
+            nats=NatsSettings(url=server.url, reconnect_wait=0.2),
+        )
+        self.features = server_features(server, expiry_slack=EXPIRY_SLACK)
+
+    def store(self) -> NatsKvCoordinationStore:
+        return NatsKvCoordinationStore(self.settings)
+
+    async def pass_time(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+    async def restart_store(self) -> None:
+        assert self._server.process is not None
+        await anyio.to_thread.run_sync(self._server.process.restart)
+
+
+@pytest.fixture
+async def harness(nats_server: ServerInfo) -> AsyncIterator[NatsKvStoreHarness]:
+    harness = NatsKvStoreHarness(nats_server)
+    yield harness
+    admin = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        with contextlib.suppress(nats.errors.Error, TimeoutError, NotFoundError):
+            await admin.jetstream().delete_key_value(harness.settings.bucket_name)
+    finally:
+        await admin.close()
+
+
+@pytest.mark.natskv
+class TestNatsKvCoordinationStore(CoordinationStoreContract):
+    pass
