@@ -17,10 +17,39 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KeyChange", "KeyValue", "Listing", "Resync", "check_key", "check_prefix"]
+__all__ = [
+    "KeyChange",
+    "KeyValue",
+    "Listing",
+    "Resync",
+    "check_key",
+    "check_prefix",
+    "decode_segment",
+    "encode_segment",
+]
 
 _KEY = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")
 _PREFIX = re.compile(r"(?:[A-Za-z0-9_=-]+/)*")
+_SAFE = re.compile(r"[A-Za-z0-9_-]")
+_ESCAPED = re.compile(r"(?:=[0-9A-F]{2})+")
+
+
+def encode_segment(raw: str) -> str:
+    """A free string (a member or project id) as one key segment, reversibly: every
+    character outside ``A-Za-z0-9_-`` becomes ``=HH`` per UTF-8 byte; the empty string is
+    ``=`` (which escaping never produces)."""
+    if not raw:
+        return "="
+    return "".join(
+        c if _SAFE.fullmatch(c) else "".join(f"={b:02X}" for b in c.encode()) for c in raw
+    )
+
+
+def decode_segment(segment: str) -> str:
+    """The string ``encode_segment`` made ``segment`` from."""
+    if segment == "=":
+        return ""
+    return _ESCAPED.sub(lambda m: bytes.fromhex(m.group().replace("=", "")).decode(), segment)
 
 
 def check_key(key: str) -> str:

@@ -10,7 +10,7 @@ need it (every port but DeadLetterQueue), all run through one contract suite per
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -294,7 +294,9 @@ class CoordinationStore(Protocol):
         gone already is fine."""
         ...
 
-    def watch(self, prefix: str, *, after: int | None = None) -> AsyncIterator[KeyChange | Resync]:
+    def watch(
+        self, prefix: str, *, after: int | None = None
+    ) -> AsyncGenerator[KeyChange | Resync, None]:
         """Yield the changes under ``prefix`` in revision order, each once: with ``after``
         None, first a ``Resync`` holding the listing now, then the changes after it; with
         ``after`` (a ``Listing.revision``), the changes after it. When the store cannot

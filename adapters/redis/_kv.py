@@ -2,7 +2,9 @@
 ``_kv_scripts``).
 
 Revisions are a counter the scripts keep; every write and every deletion is one revision
-and one entry of the ``events`` stream, whose id is that revision. Leases are deadlines
+and one entry of the ``events`` stream, whose id is that revision. An empty store's first
+write starts the counter at ten per millisecond of Redis's clock, so a Redis that lost
+its data still hands out revisions above the ones it lost. Leases are deadlines
 by Redis's clock, not TTL keys: a key that expires says nothing (no revision, no event,
 and a keyspace notification is lost when nobody listens), while a deadline is ended by
 the next script that runs, deleting the lease's keys as ordinary, recorded deletions.
@@ -163,11 +165,13 @@ class RedisCoordinationStore(Lifecycle):
                     block = _SWEEP_EVERY if wait < 0 else min(_SWEEP_EVERY, wait / 1000)
                     continue
                 for entry_id, fields in entries:
-                    if int(entry_id.split(b"-")[0]) != revision + 1:
+                    number = int(entry_id.split(b"-")[0])
+                    # an empty store's first write starts from its clock (_kv_scripts)
+                    if number != revision + 1 and not (revision == 0 and number > 0):
                         _log.info("redis watch %s: events after %d trimmed", prefix, revision)
                         revision = None
                         break
-                    revision, token = revision + 1, fields[b"w"]
+                    revision, token = number, fields[b"w"]
                     key = fields[b"k"].decode()
                     if key.startswith(prefix):
                         yield KeyChange(key, fields.get(b"v"), revision)

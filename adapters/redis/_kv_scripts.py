@@ -35,6 +35,11 @@ local function last_revision()
 end
 local function record(key, value)
   local revision = last_revision() + 1
+  if revision == 1 then
+    -- an empty store (fresh, or one that lost its data) counts from ten per millisecond of
+    -- Redis's clock, so a Redis that lost writes still hands out revisions above them
+    revision = now_ms() * 10 + 1
+  end
   local id = revision .. '-0'
   if value then
     redis.call('XADD', p .. 'events', 'MAXLEN', '~', maxlen, id, 'k', key, 'v', value, 'w', token)

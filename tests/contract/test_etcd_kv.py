@@ -38,15 +38,20 @@ class EtcdStoreHarness:
         await anyio.to_thread.run_sync(self._server.process.restart)
 
 
-@pytest.fixture
-async def harness(etcd_server: ServerInfo) -> AsyncIterator[EtcdStoreHarness]:
-    harness = EtcdStoreHarness(etcd_server)
-    yield harness
-    async with Etcd3Client(etcd_server.endpoints) as admin:
+async def clean(server: ServerInfo, harness: EtcdStoreHarness) -> None:
+    """Delete every key of the harness's group."""
+    async with Etcd3Client(server.endpoints) as admin:
         assert admin.kv is not None
         prefix = harness.settings.prefix + "/"
         with contextlib.suppress(EtcdError):  # the server may still be restarting
             await admin.kv.delete(prefix, prefix_range_end(prefix), timeout=5)
+
+
+@pytest.fixture
+async def harness(etcd_server: ServerInfo) -> AsyncIterator[EtcdStoreHarness]:
+    harness = EtcdStoreHarness(etcd_server)
+    yield harness
+    await clean(etcd_server, harness)
 
 
 @pytest.mark.etcd

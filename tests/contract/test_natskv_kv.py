@@ -47,16 +47,21 @@ class NatsKvStoreHarness:
         await anyio.to_thread.run_sync(self._server.process.restart)
 
 
-@pytest.fixture
-async def harness(nats_server: ServerInfo) -> AsyncIterator[NatsKvStoreHarness]:
-    harness = NatsKvStoreHarness(nats_server)
-    yield harness
-    admin = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+async def clean(server: ServerInfo, harness: NatsKvStoreHarness) -> None:
+    """Delete the harness's bucket."""
+    admin = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         with contextlib.suppress(nats.errors.Error, TimeoutError, NotFoundError):
             await admin.jetstream().delete_key_value(harness.settings.bucket_name)
     finally:
         await admin.close()
+
+
+@pytest.fixture
+async def harness(nats_server: ServerInfo) -> AsyncIterator[NatsKvStoreHarness]:
+    harness = NatsKvStoreHarness(nats_server)
+    yield harness
+    await clean(nats_server, harness)
 
 
 @pytest.mark.natskv

@@ -1,48 +1,18 @@
-"""The coordination contract suites against Redis.
-
-In local mode the tests run on a private redis-server with AOF and ``appendfsync always``
-(started once per variant), so that the restart tests restart a Redis that keeps its data,
-as production should run it: a Redis without persistence loses every key on restart
-(members, leader, assignment, holds) and the coordination state with them. With
-SHOAL_TEST_SERVERS=docker|external the session's ``redis_server`` is used and the restart
-tests cannot run (the harness cannot restart it): skipped, or failed under CI.
-
-Two variants: ``notify`` (keyspace notifications on: expirations are pushed) and
-``no-notify`` (off, as on a Redis nobody configured: expirations are seen by the periodic
-re-read, here every 0.5 s, and leases notice a lost key at their next renewal, here every
-2 s at most).
-"""
+"""The coordination contract suites against the ports over Redis (``adapters.coordination``
+on ``RedisCoordinationStore``), on the module's private Redis that keeps its data across
+restarts (``test_redis_kv.redis_store``); and what must hold when Redis loses writes."""
 
 from __future__ import annotations
 
-import contextlib
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
-import anyio
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
-from adapters.redis import (
-    RedisAssignmentStore,
-    RedisElection,
-    RedisHoldStore,
-    RedisLeadership,
-    RedisLoadReports,
-    RedisMembership,
-    RedisMembershipLease,
-    RedisProjectRegistry,
-    RedisSettings,
-)
-from adapters.redis._keys import Keys
+from adapters.coordination._records import office_value
+from adapters.redis import RedisCoordinationStore
 from core.errors import FencedError
-from core.ports import AssignmentStore, Leadership, MembershipLease
-from infra.local._process import ServerStartError
 from infra.local._testservers import ServerInfo
-from infra.local.servers import start_redis
-from tests._unavailable import needs_local, unavailable
 from tests.contract._coordination import (
     AssignmentStoreContract,
     CoordinationModelContract,
@@ -53,117 +23,31 @@ from tests.contract._coordination import (
     ProjectRegistryContract,
     next_within,
     owners,
-    server_features,
     watching,
 )
+from tests.contract._ports_over_store import PortsHarness
+from tests.contract.test_redis_kv import RedisStoreHarness, clean, redis_store
 
-_PERSISTENT = ("--appendonly", "yes", "--appendfsync", "always")
-
-
-@dataclass(frozen=True)
-class RedisStore:
-    info: ServerInfo
-    notifications: bool
+__all__ = ["redis_store"]  # the module's server fixture, shared with test_redis_kv
 
 
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param(True, id="notify"), pytest.param(False, id="no-notify")],
-)
-def redis_store(server_mode: str, request: pytest.FixtureRequest) -> Iterator[RedisStore]:
-    """A restartable Redis that keeps its data across restarts (local mode), else the
-    session's server (with keyspace notifications, as conftest configures it)."""
-    notifications: bool = request.param
-    if server_mode != "local":
-        if not notifications:
-            unavailable(needs_local("redis", server_mode, "start without notifications"))
-        yield RedisStore(request.getfixturevalue("redis_server"), notifications)
-        return
-    flags = () if notifications else ("--notify-keyspace-events", "")
-    try:
-        server = start_redis(name="shoal-redis-contract", extra_args=(*_PERSISTENT, *flags))
-    except (ServerStartError, FileNotFoundError) as exc:
-        unavailable(str(exc))
-    try:
-        yield RedisStore(
-            ServerInfo("redis", "local", server.url, server.endpoint, server), notifications
-        )
-    finally:
-        server.stop()
+class RedisPorts(PortsHarness):
+    def __init__(
+        self, server: ServerInfo, stores: RedisStoreHarness, admin: RedisCoordinationStore
+    ) -> None:
+        super().__init__(stores, admin)
+        self.server, self.stores = server, stores
 
-
-class RedisHarness:
-    """Adapters on a fresh key prefix (one group per test) of the module's Redis."""
-
-    def __init__(self, store: RedisStore, admin: aioredis.Redis) -> None:
-        server = store.info
-        self._server = server
-        self._admin = admin
-        group = f"t-{uuid.uuid4().hex[:12]}"
-        if store.notifications:
-            self.settings = RedisSettings(url=server.url, group=group)
-        else:
-            # Without notifications a lease sees its key expired only at its next renewal
-            # (every min(ttl/2, max_renew_interval)) and watchers at their next re-read.
-            self.settings = RedisSettings(
-                url=server.url, group=group, resync_interval=0.5, max_renew_interval=2.0
-            )
-        # Redis expires a key within ~100 ms of its TTL (active expiry runs 10 times a second)
-        self.features = server_features(server, expiry_slack=1.0)
-
-    def membership(self) -> RedisMembership:
-        return RedisMembership(self.settings)
-
-    def reports(self) -> RedisLoadReports:
-        return RedisLoadReports(self.settings)
-
-    def election(self) -> RedisElection:
-        return RedisElection(self.settings)
-
-    def store(self) -> RedisAssignmentStore:
-        return RedisAssignmentStore(self.settings)
-
-    def hold_store(self) -> RedisHoldStore:
-        return RedisHoldStore(self.settings)
-
-    def registry(self) -> RedisProjectRegistry:
-        return RedisProjectRegistry(self.settings)
-
-    def write_call(self, store: AssignmentStore) -> tuple[object, str]:
-        assert isinstance(store, RedisAssignmentStore)
-        return store._client, "script"
-
-    async def expire(self, lease: MembershipLease | Leadership) -> None:
-        """Let the key expire now (a real expiry: Redis publishes ``expired``)."""
-        assert isinstance(lease, RedisMembershipLease | RedisLeadership)
-        await self._admin.pexpire(lease.key, 1)
-        await anyio.sleep(0.01)
-        await self._admin.exists(lease.key)  # an access expires it at once (if not yet)
-
-    def pause_renewal(self, lease: MembershipLease | Leadership) -> None:
-        assert isinstance(lease, RedisMembershipLease | RedisLeadership)
-        lease.pause_renewal()
-
-    async def restart_store(self) -> None:
-        assert self._server.process is not None
-        await anyio.to_thread.run_sync(self._server.process.restart)
-
-    async def clean(self) -> None:
-        keys = [key async for key in self._admin.scan_iter(match=f"{self.settings.prefix}*")]
-        if keys:
-            await self._admin.delete(*keys)
+    async def lose_all_data(self) -> None:
+        await clean(self.server, self.stores)
 
 
 @pytest.fixture
-async def harness(redis_store: RedisStore) -> AsyncIterator[RedisHarness]:
-    admin = aioredis.Redis.from_url(redis_store.info.url, socket_timeout=5)
-    try:
-        harness = RedisHarness(redis_store, admin)
-        yield harness
-        with contextlib.suppress(RedisError, OSError):  # the server may still be restarting
-            await harness.clean()
-    finally:
-        await admin.aclose()
+async def harness(redis_store: ServerInfo) -> AsyncIterator[RedisPorts]:
+    stores = RedisStoreHarness(redis_store)
+    async with RedisCoordinationStore(stores.settings) as admin:
+        yield RedisPorts(redis_store, stores, admin)
+    await clean(redis_store, stores)
 
 
 @pytest.mark.redis
@@ -208,20 +92,25 @@ class TestRedisDataLoss:
     second): fencing and the assignment watch must hold across that."""
 
     async def test_a_term_handed_out_twice_is_told_apart_by_the_owner_token(
-        self, harness: RedisHarness
+        self, harness: RedisPorts
     ) -> None:
         async with harness.election() as election, harness.store() as store:
             leader = await election.campaign("l-old", 30.0)
             await store.publish(owners(1, "a"), leader.fence)
-            # After a loss of writes, the counter handed the same term to another leader:
-            twin = f"other-token:{leader.term}:l-new"
-            await harness._admin.set(Keys(harness.settings.prefix).leader, twin, px=30_000)
+            # After a loss of writes, the store handed the same term to another leader:
+            twin = office_value("l-new", "other-token")
+            admin = aioredis.Redis.from_url(harness.server.url, socket_timeout=5)
+            try:
+                office = f"{harness.stores.settings.prefix}kv:k:leader/office"
+                assert await admin.hset(office, "v", twin) == 0  # the key was there
+            finally:
+                await admin.aclose()
             with pytest.raises(FencedError, match="another leadership"):
                 await store.publish(owners(2, "b"), leader.fence)
             assert await store.current() == owners(1, "a")
 
     async def test_after_a_data_loss_the_new_leaders_term_is_higher_and_watchers_follow_it(
-        self, harness: RedisHarness
+        self, harness: RedisPorts
     ) -> None:
         async with (
             harness.election() as election,
@@ -234,9 +123,8 @@ class TestRedisDataLoss:
             while (latest := await next_within(seen, 10)).generation < 5:
                 pass
             assert latest == owners(5, "a")
-            # The data is gone, the term counter with it (or rolled back to an old value).
-            await harness.clean()
-            await harness._admin.set(Keys(harness.settings.prefix).term, 1)
+            # The data is gone, the revision counter with it.
+            await harness.lose_all_data()
             new = await election.campaign("l-2", 30.0)
             assert new.term > old.term
             with pytest.raises(FencedError):

@@ -70,11 +70,9 @@ class RedisStoreHarness:
         await anyio.to_thread.run_sync(self._server.process.restart)
 
 
-@pytest.fixture
-async def harness(redis_store: ServerInfo) -> AsyncIterator[RedisStoreHarness]:
-    harness = RedisStoreHarness(redis_store)
-    yield harness
-    admin = aioredis.Redis.from_url(redis_store.url, socket_timeout=5)
+async def clean(server: ServerInfo, harness: RedisStoreHarness) -> None:
+    """Delete every key of the harness's group (what a Redis without persistence loses)."""
+    admin = aioredis.Redis.from_url(server.url, socket_timeout=5)
     try:
         with contextlib.suppress(RedisError, OSError):  # the server may still be restarting
             keys = [key async for key in admin.scan_iter(match=f"{harness.settings.prefix}*")]
@@ -82,6 +80,13 @@ async def harness(redis_store: ServerInfo) -> AsyncIterator[RedisStoreHarness]:
                 await admin.delete(*keys)
     finally:
         await admin.aclose()
+
+
+@pytest.fixture
+async def harness(redis_store: ServerInfo) -> AsyncIterator[RedisStoreHarness]:
+    harness = RedisStoreHarness(redis_store)
+    yield harness
+    await clean(redis_store, harness)
 
 
 @pytest.mark.redis
