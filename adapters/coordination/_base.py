@@ -45,6 +45,7 @@ __all__ = [
     "put",
     "report_key",
     "snapshots",
+    "timing_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -98,6 +99,23 @@ class Timing:
     max_renew_interval: float = 5.0
     retry_interval: float = 0.25
     close_timeout: float = 5.0
+
+
+class TimingSettings(Protocol):
+    """The lease and exit timing every store's settings carry."""
+
+    @property
+    def max_renew_interval(self) -> float: ...
+
+    @property
+    def retry_interval(self) -> float: ...
+
+    @property
+    def close_timeout(self) -> float: ...
+
+
+def timing_of(settings: TimingSettings) -> Timing:
+    return Timing(settings.max_renew_interval, settings.retry_interval, settings.close_timeout)
 
 
 async def put(

@@ -213,16 +213,6 @@ class EtcdClient:
         )
         return [Entry.of(item) for item in response.kvs], int(response.header.revision)
 
-    async def count_prefix(self, prefix: str) -> int:
-        """How many keys are under ``prefix`` (etcd counts them; none is sent)."""
-        kv = self._connected.kv
-        assert kv is not None
-        response = await self._call(
-            "count prefix",
-            lambda t: kv.get(prefix, prefix_range_end(prefix), count_only=True, timeout=t),
-        )
-        return int(response.count)
-
     async def txn(
         self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
     ) -> TxnResult:
@@ -253,17 +243,8 @@ class EtcdClient:
         )
 
     @staticmethod
-    def holds_value(key: str, value: bytes) -> Any:
-        """Compare: ``key``'s value is exactly ``value``."""
-        return Compare(result=Compare.EQUAL, target=Compare.VALUE, key=key.encode(), value=value)
-
-    @staticmethod
     def put_op(key: str, value: bytes, lease: int = 0) -> Any:
         return KVService.txn_op_put(key, value, lease=lease)
-
-    @staticmethod
-    def get_op(key: str) -> Any:
-        return KVService.txn_op_get(key)
 
     @staticmethod
     def delete_op(key: str) -> Any:

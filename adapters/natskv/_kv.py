@@ -37,7 +37,6 @@ from adapters._backoff import Backoff
 from adapters._lease import check_ttl
 from adapters._lifecycle import Lifecycle
 from adapters.natskv._bucket import Bucket, is_tombstone, stop_watcher
-from adapters.natskv._feed import _cancel_on_reconnect
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import LeaseLostError, RevisionConflictError, StoreUnavailableError
 from core.keyspace import KeyChange, KeyValue, Listing, Resync, check_key, check_prefix
@@ -276,3 +275,9 @@ class NatsKvCoordinationStore(Lifecycle):
                         await subscription.unsubscribe()
                     except nats.errors.Error as exc:
                         _log.debug("NATS KV watch %s: unsubscribing: %r", prefix, exc)
+
+
+async def _cancel_on_reconnect(bucket: Bucket, generation: int, scope: anyio.CancelScope) -> None:
+    """The ordered consumer may be gone with a restarted server: start a new watcher."""
+    await bucket.wait_reconnect(generation)
+    scope.cancel()

@@ -52,11 +52,6 @@ class NatsKvSettings(BaseSettings):
     )
     retry_interval: float = Field(default=0.25, gt=0)
     max_retry_interval: float = Field(default=2.0, gt=0)
-    resync_interval: float = Field(
-        default=5.0,
-        gt=0,
-        description="watches re-read the whole state at least this often (safety net)",
-    )
     close_timeout: float = Field(default=5.0, gt=0)
     url: str | None = Field(
         default=None,

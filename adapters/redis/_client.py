@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -22,13 +22,11 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
 from redis.credentials import CredentialProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from adapters.redis import _scripts
 from adapters.redis._settings import RedisSettings
 from core.errors import StoreUnavailableError
 
@@ -39,8 +37,6 @@ T = TypeVar("T")
 
 # Error replies that mean "not now" rather than "wrong call".
 _UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "NOREPLICAS")
-# Scripts that must not run twice for one call (see _scripts).
-_NOT_IDEMPOTENT = frozenset({"PUBLISH", "REGISTER_PROJECTS"})
 
 
 def ms(seconds: float) -> int:
@@ -79,7 +75,6 @@ class RedisClient:
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self._redis: aioredis.Redis | None = None
-        self._scripts: dict[str, AsyncScript] = {}
 
     async def connect(self) -> None:
         """Create the client (connections are made lazily, on the first call)."""
@@ -102,11 +97,6 @@ class RedisClient:
             retry=Retry(NoBackoff(), 0),
             decode_responses=False,
         )
-        self._scripts = {
-            name: client.register_script(source)
-            for name, source in vars(_scripts).items()
-            if name.isupper() and isinstance(source, str)
-        }
         self._redis = client
 
     async def aclose(self) -> None:
@@ -175,18 +165,6 @@ class RedisClient:
                 raise StoreUnavailableError(f"redis {what} at {self.where}: {exc}") from exc
             raise
 
-    async def script(
-        self, name: str, keys: Sequence[str], args: Sequence[str | int], bound: float | None = None
-    ) -> Any:
-        """Run the Lua script ``name`` of ``_scripts`` (EVALSHA, loading it when Redis
-        does not know it, e.g. after a restart)."""
-        script = self._scripts[name]
-
-        async def run(client: aioredis.Redis) -> Any:
-            return await script(keys=list(keys), args=list(args), client=client)
-
-        return await self.call(name.lower(), run, bound, idempotent=name not in _NOT_IDEMPOTENT)
-
     async def drop_idle_connections(self) -> None:
         """Close the pooled idle connections (after a restart they would fail on first use)."""
         if self._redis is None:
@@ -220,35 +198,6 @@ class RedisClient:
 
     # --- the event stream ----------------------------------------------------------------
 
-    async def last_event_id(self, stream: str) -> bytes:
-        """The id of the stream's newest entry, ``0-0`` when it is empty or absent."""
-        reply = await self.call("xrevrange", lambda r: r.xrevrange(stream, count=1))
-        entries = cast("list[tuple[bytes, Any]]", reply)
-        return entries[0][0] if entries else b"0-0"
-
-    async def read_events(self, stream: str, after: bytes, block: float) -> list[Event]:
-        """Entries after ``after``, waiting up to ``block`` seconds for the first one."""
-        block_ms = ms(block)
-        reply = await self.call(
-            "xread",
-            lambda r: r.xread({stream: after}, count=512, block=block_ms),
-            block + self.settings.call_timeout,
-            idempotent=False,  # a broken connection must surface: the stream may be new
-        )
-        events: list[Event] = []
-        for _stream, entries in cast("list[tuple[bytes, list[tuple[bytes, Any]]]]", reply or []):
-            for entry_id, fields in entries:
-                values = {_str(k): _str(v) for k, v in cast("dict[Any, Any]", fields).items()}
-                events.append(
-                    Event(
-                        entry_id,
-                        values.get("topic", ""),
-                        values.get("op", ""),
-                        values.get("key", ""),
-                    )
-                )
-        return events
-
     # --- pub/sub (keyspace notifications) ------------------------------------------------
 
     async def subscribe(self, channel: str) -> PubSub:
@@ -261,18 +210,6 @@ class RedisClient:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
             raise
         return pubsub
-
-    async def next_message(self, pubsub: PubSub, wait: float) -> str | None:
-        """The data of the next message within ``wait`` seconds, or None."""
-        message = await self.call(
-            "pubsub",
-            lambda _: pubsub.get_message(ignore_subscribe_messages=True, timeout=wait),
-            wait + self.settings.call_timeout,
-            idempotent=False,
-        )
-        if not message or message.get("type") != "message":
-            return None
-        return _str(message.get("data"))
 
 
 def _str(value: object) -> str:

@@ -33,13 +33,16 @@ local function last_revision()
   end
   return counted
 end
-local function record(key, value)
+local function next_revision()
   local revision = last_revision() + 1
   if revision == 1 then
     -- an empty store (fresh, or one that lost its data) counts from ten per millisecond of
     -- Redis's clock, so a Redis that lost writes still hands out revisions above them
     revision = now_ms() * 10 + 1
   end
+  return revision
+end
+local function record(revision, key, value)
   local id = revision .. '-0'
   if value then
     redis.call('XADD', p .. 'events', 'MAXLEN', '~', maxlen, id, 'k', key, 'v', value, 'w', token)
@@ -49,15 +52,14 @@ local function record(key, value)
   redis.call('SET', p .. 'rev', revision)
   return revision
 end
-local function unbind(key)
-  local lease = redis.call('HGET', p .. 'k:' .. key, 'l')
-  if lease then redis.call('SREM', p .. 'lease:' .. lease, key) end
-end
+-- The key itself is written first: a write the server refuses (an ACL on the key) fails
+-- before anything else changed, so no event ever tells of a write that did not happen.
 local function remove(key)
-  unbind(key)
+  local lease = redis.call('HGET', p .. 'k:' .. key, 'l')
   redis.call('DEL', p .. 'k:' .. key)
+  if lease then redis.call('SREM', p .. 'lease:' .. lease, key) end
   redis.call('ZREM', p .. 'keys', key)
-  return record(key, false)
+  return record(next_revision(), key, false)
 end
 local function end_lease(id)
   local keys = redis.call('SMEMBERS', p .. 'lease:' .. id)
@@ -87,15 +89,17 @@ local stored = tonumber(redis.call('HGET', p .. 'k:' .. key, 'r') or '0')
 if stored ~= expected then return {0, 0} end
 if ARGV[6] == 'del' then return {1, remove(key)} end
 if lease ~= '0' and not redis.call('ZSCORE', p .. 'leases', lease) then return {-1, 0} end
-unbind(key)
-local revision = record(key, ARGV[7])
+local bound = redis.call('HGET', p .. 'k:' .. key, 'l')
+local revision = next_revision()
 redis.call('DEL', p .. 'k:' .. key)
 redis.call('HSET', p .. 'k:' .. key, 'v', ARGV[7], 'r', revision)
+if bound then redis.call('SREM', p .. 'lease:' .. bound, key) end
 if lease ~= '0' then
   redis.call('HSET', p .. 'k:' .. key, 'l', lease)
   redis.call('SADD', p .. 'lease:' .. lease, key)
 end
 redis.call('ZADD', p .. 'keys', 0, key)
+record(revision, key, ARGV[7])
 return {1, revision}
 """
 )

@@ -47,12 +47,6 @@ class RedisSettings(ConnectionSecurity):
     max_retry_interval: float = Field(
         default=2.0, gt=0, description="cap on the watch retry backoff"
     )
-    resync_interval: float = Field(
-        default=5.0,
-        gt=0,
-        description="watches re-read the whole state at least this often (safety net for "
-        "lost notifications, e.g. expirations while disconnected)",
-    )
     events_maxlen: int = Field(
         default=10_000, ge=100, description="approximate cap of the change-event stream"
     )

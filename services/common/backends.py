@@ -52,51 +52,103 @@ class Backends(containers.DeclarativeContainer):
         deferred("adapters.natskv:NatsKvSettings"), group=config.group, nats=nats_settings
     )
 
+    # The coordination ports are written once (adapters.coordination) over a store's
+    # dialect of the CoordinationStore port; each adapter gets a dialect instance (its own
+    # connection). Kafka's group protocol is the one store with ports of its own.
+    etcd_store = providers.Factory(deferred("adapters.etcd:EtcdCoordinationStore"), etcd_settings)
+    redis_store = providers.Factory(
+        deferred("adapters.redis:RedisCoordinationStore"), redis_settings
+    )
+    natskv_store = providers.Factory(
+        deferred("adapters.natskv:NatsKvCoordinationStore"), natskv_settings
+    )
+    timing = providers.Selector(
+        config.coordination,
+        etcd=providers.Factory(deferred("adapters.coordination:timing_of"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.coordination:timing_of"), redis_settings),
+        kafka=providers.Object(None),
+        nats=providers.Factory(deferred("adapters.coordination:timing_of"), natskv_settings),
+    )
+
     membership = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdMembership"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisMembership"), redis_settings),
+        etcd=providers.Factory(
+            deferred("adapters.coordination:StoreMembership"), etcd_store, timing
+        ),
+        redis=providers.Factory(
+            deferred("adapters.coordination:StoreMembership"), redis_store, timing
+        ),
         kafka=providers.Factory(
             deferred("adapters.kafka:KafkaMembership"), kafka_settings, strategy=config.strategy
         ),
-        nats=providers.Factory(deferred("adapters.natskv:NatsKvMembership"), natskv_settings),
+        nats=providers.Factory(
+            deferred("adapters.coordination:StoreMembership"), natskv_store, timing
+        ),
     )
     load_reports = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdLoadReports"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisLoadReports"), redis_settings),
+        etcd=providers.Factory(
+            deferred("adapters.coordination:StoreLoadReports"), etcd_store, timing
+        ),
+        redis=providers.Factory(
+            deferred("adapters.coordination:StoreLoadReports"), redis_store, timing
+        ),
         kafka=providers.Factory(deferred("adapters.kafka:KafkaLoadReports"), kafka_settings),
-        nats=providers.Factory(deferred("adapters.natskv:NatsKvLoadReports"), natskv_settings),
+        nats=providers.Factory(
+            deferred("adapters.coordination:StoreLoadReports"), natskv_store, timing
+        ),
     )
     election = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdElection"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisElection"), redis_settings),
+        etcd=providers.Factory(deferred("adapters.coordination:StoreElection"), etcd_store, timing),
+        redis=providers.Factory(
+            deferred("adapters.coordination:StoreElection"), redis_store, timing
+        ),
         kafka=providers.Factory(
             deferred("adapters.kafka:KafkaElection"), kafka_settings, strategy=config.strategy
         ),
-        nats=providers.Factory(deferred("adapters.natskv:NatsKvElection"), natskv_settings),
+        nats=providers.Factory(
+            deferred("adapters.coordination:StoreElection"), natskv_store, timing
+        ),
     )
     assignment_store = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdAssignmentStore"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisAssignmentStore"), redis_settings),
+        etcd=providers.Factory(
+            deferred("adapters.coordination:StoreAssignmentStore"), etcd_store, timing
+        ),
+        redis=providers.Factory(
+            deferred("adapters.coordination:StoreAssignmentStore"), redis_store, timing
+        ),
         kafka=providers.Factory(deferred("adapters.kafka:KafkaAssignmentStore"), kafka_settings),
-        nats=providers.Factory(deferred("adapters.natskv:NatsKvAssignmentStore"), natskv_settings),
+        nats=providers.Factory(
+            deferred("adapters.coordination:StoreAssignmentStore"), natskv_store, timing
+        ),
     )
     hold_store = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdHoldStore"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisHoldStore"), redis_settings),
+        etcd=providers.Factory(
+            deferred("adapters.coordination:StoreHoldStore"), etcd_store, timing
+        ),
+        redis=providers.Factory(
+            deferred("adapters.coordination:StoreHoldStore"), redis_store, timing
+        ),
         kafka=providers.Factory(deferred("adapters.kafka:KafkaHoldStore"), kafka_settings),
-        nats=providers.Factory(deferred("adapters.natskv:NatsKvHoldStore"), natskv_settings),
+        nats=providers.Factory(
+            deferred("adapters.coordination:StoreHoldStore"), natskv_store, timing
+        ),
     )
     project_registry = providers.Selector(
         config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdProjectRegistry"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisProjectRegistry"), redis_settings),
+        etcd=providers.Factory(
+            deferred("adapters.coordination:StoreProjectRegistry"), etcd_store, timing
+        ),
+        redis=providers.Factory(
+            deferred("adapters.coordination:StoreProjectRegistry"), redis_store, timing
+        ),
         kafka=providers.Factory(deferred("adapters.kafka:KafkaProjectRegistry"), kafka_settings),
-        nats=providers.Factory(deferred("adapters.natskv:NatsKvProjectRegistry"), natskv_settings),
+        nats=providers.Factory(
+            deferred("adapters.coordination:StoreProjectRegistry"), natskv_store, timing
+        ),
     )
     transport = providers.Selector(
         config.transport,

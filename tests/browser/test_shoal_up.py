@@ -21,7 +21,8 @@ import anyio
 import httpx
 import pytest
 
-from adapters.etcd import EtcdAssignmentStore, EtcdSettings
+from adapters.coordination import StoreAssignmentStore
+from adapters.etcd import EtcdCoordinationStore, EtcdSettings
 from core.model import Assignment
 from tests._processes import alive, descendants
 from tests.browser.conftest import artifact
@@ -124,7 +125,7 @@ def up(tmp_path: Path) -> Iterator[UpStack]:
 
 async def _stored(state: dict[str, Any]) -> Assignment:
     settings = EtcdSettings(endpoints=(state["servers"]["etcd"],))
-    async with EtcdAssignmentStore(settings) as store:
+    async with StoreAssignmentStore(EtcdCoordinationStore(settings)) as store:
         assignment = await store.current()
     assert assignment is not None
     return assignment

@@ -23,11 +23,12 @@ import pytest
 from etcd3aio import Etcd3Client
 from pydantic import SecretStr
 
-from adapters.etcd import EtcdMembership, EtcdSettings
+from adapters.coordination import StoreMembership
+from adapters.etcd import EtcdCoordinationStore, EtcdSettings
 from adapters.etcd._client import EtcdClient
 from adapters.kafka import KafkaIdempotencyStore, KafkaMembership, KafkaSettings, KafkaTransport
 from adapters.nats import NatsDeadLetterQueue, NatsIdempotencyStore, NatsSettings, NatsTransport
-from adapters.redis import RedisMembership, RedisSettings
+from adapters.redis import RedisCoordinationStore, RedisSettings
 from core.errors import StoreUnavailableError
 from infra.local._handles import RunningEtcd, RunningNats, RunningRedis
 from infra.local._process import ServerStartError, free_port
@@ -314,6 +315,14 @@ async def etcd_with_auth(pki: Pki) -> AsyncIterator[SecureEtcd]:
         server.stop()
 
 
+def etcd_membership(settings: EtcdSettings) -> StoreMembership:
+    return StoreMembership(EtcdCoordinationStore(settings))
+
+
+def redis_membership(settings: RedisSettings) -> StoreMembership:
+    return StoreMembership(RedisCoordinationStore(settings))
+
+
 @pytest.mark.etcd
 async def test_etcd_membership_works_with_the_user_and_outlives_its_token(
     etcd_with_auth: SecureEtcd, tmp_path: Path
@@ -325,14 +334,17 @@ async def test_etcd_membership_works_with_the_user_and_outlives_its_token(
         password_file=_secret_file(tmp_path, "etcd-password", PASSWORD),
     )
     _no_secret_in(repr(settings))
-    async with EtcdMembership(settings) as membership:
+    async with etcd_membership(settings) as membership:
         await membership.join("a", TTL)
         assert await membership.members() == {"a"}
         # the token expires after 2 s without use (etcd's --auth-token-ttl): the next call
         # is refused once, logs in again and goes through
         await anyio.sleep(3)
         assert await membership.members() == {"a"}
-        async with watching(membership.watch()) as updates, EtcdMembership(settings) as other:
+        async with (
+            watching(membership.watch()) as updates,
+            etcd_membership(settings) as other,
+        ):
             assert await next_within(updates) == {"a"}
             await other.join("b", TTL)  # seen through the watch stream, opened with a token
             await until(updates, lambda members: members == {"a", "b"}, 10)
@@ -391,7 +403,7 @@ async def test_etcd_refuses_a_wrong_password_or_no_user(
         password=SecretStr(WRONG) if user else None,
         call_timeout=3.0,
     )
-    message = str(await _refusal(EtcdMembership(settings), lambda m: m.join("a", TTL)))
+    message = str(await _refusal(etcd_membership(settings), lambda m: m.join("a", TTL)))
     _no_secret_in(message)
     if user:
         assert "refused user 'root'" in message
@@ -411,7 +423,7 @@ async def test_etcd_membership_works_over_mutual_tls(etcd_with_auth: SecureEtcd,
         tls_cert_file=pki.client_cert,
         tls_key_file=pki.client_key,
     )
-    async with EtcdMembership(settings) as membership:
+    async with etcd_membership(settings) as membership:
         await membership.join("a", TTL)
         assert await membership.members() == {"a"}
     plaintext = settings.model_copy(
@@ -422,7 +434,7 @@ async def test_etcd_membership_works_over_mutual_tls(etcd_with_auth: SecureEtcd,
             "call_timeout": 2.0,
         }
     )
-    await _refusal(EtcdMembership(plaintext), lambda m: m.members())  # plaintext to TLS
+    await _refusal(etcd_membership(plaintext), lambda m: m.members())  # plaintext to TLS
 
 
 # --- Redis ----------------------------------------------------------------------------------
@@ -458,7 +470,7 @@ async def test_redis_membership_works_with_the_password_from_a_file(
         password_file=_secret_file(tmp_path, "redis-password", PASSWORD),
     )
     _no_secret_in(repr(settings))
-    async with RedisMembership(settings) as membership:
+    async with redis_membership(settings) as membership:
         await membership.join("a", TTL)
         assert await membership.members() == {"a"}
 
@@ -475,7 +487,7 @@ async def test_redis_refuses_a_wrong_or_missing_password(
         password=None if password is None else SecretStr(password),
         call_timeout=3.0,
     )
-    message = str(await _refusal(RedisMembership(settings), lambda m: m.join("a", TTL)))
+    message = str(await _refusal(redis_membership(settings), lambda m: m.join("a", TTL)))
     _no_secret_in(message)
     # redis-py logs in with HELLO: without a password Redis answers that HELLO needs one
     assert ("invalid username-password" in message) if password else ("authenticat" in message)
@@ -509,11 +521,11 @@ async def test_redis_membership_works_over_mutual_tls(pki: Pki) -> None:
             tls_key_file=pki.client_key,
             call_timeout=3.0,
         )
-        async with RedisMembership(settings) as membership:
+        async with redis_membership(settings) as membership:
             await membership.join("a", TTL)
             assert await membership.members() == {"a"}
         no_cert = settings.model_copy(update={"tls_cert_file": None, "tls_key_file": None})
-        await _refusal(RedisMembership(no_cert), lambda m: m.members())  # no client cert
+        await _refusal(redis_membership(no_cert), lambda m: m.members())  # no client cert
     finally:
         await anyio.to_thread.run_sync(server.stop)
 

@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 import redis.asyncio as redis_asyncio
 
 from adapters.redis import RedisSettings
-from adapters.redis._keys import Keys
 from core.messages import Envelope
 from core.partitioning import partition_for
 from infra.local._testservers import ServerInfo
@@ -750,20 +749,13 @@ class FaultRun:
         return redis_asyncio.Redis.from_url(self.servers["redis"].url)
 
     def _all_but_holds(self) -> list[str]:
-        """ACL rules: every key of the group writable but the hold hash (read only)."""
+        """ACL rules: every key of the group writable but the holds (read only). The
+        coordination keys are ``{prefix}kv:k:{key}`` (adapters.redis._kv_scripts); the
+        holds are the only ones whose key starts with ``h``."""
         with mock.patch.dict(os.environ, self.cluster.settings_env()):
-            keys = Keys(RedisSettings().prefix)
-        writable = [
-            f"{keys.consumers}*",
-            keys.members,
-            keys.reports,
-            keys.leader,
-            keys.term,
-            keys.assignment,
-            f"{keys.projects(0).rsplit(':', 1)[0]}:*",
-            keys.events,
-        ]
-        return ["resetkeys", *(f"~{k}" for k in writable), f"%R~{keys.holds}"]
+            root = f"{RedisSettings().prefix}kv:"
+        writable = [f"{root}k:[^h]*", f"{root}[^k]*", f"{root}keys"]
+        return ["resetkeys", *(f"~{k}" for k in writable), f"%R~{root}k:holds/*"]
 
     async def _moved_away(self, victim: str, given: Collection[int]) -> set[int]:
         """The partitions of ``given`` the next assignment takes from ``victim``."""
