@@ -1,13 +1,14 @@
 """``Lifecycle``: how every adapter opens and closes, written once.
 
-``async with adapter:`` opens a task group the adapter owns (``self._tasks``: lease
-renewals, change feeds, listeners), then runs ``_connect`` (connect, create what is
-missing; it may start tasks). Leaving runs ``_wind_down`` while those tasks still run
-(revoke leases, close subscriptions), then cancels the tasks and waits for them, then runs
-``_disconnect``: in that order even when a step fails, and shielded from the caller's
-cancellation, so a cancelled owner still releases what the adapter holds. Each hook
-bounds its own time (the adapters' ``close_timeout`` settings). A failed ``_connect``
-closes everything the same way before its error propagates.
+``async with adapter:`` runs ``_open_outer`` (what must enclose the adapter's tasks: a
+connection with a task group of its own), opens a task group the adapter owns
+(``self._tasks``: lease renewals, change feeds, listeners), then runs ``_connect``
+(connect, create what is missing; it may start tasks). Leaving runs ``_wind_down`` while
+those tasks still run (revoke leases, close subscriptions), then cancels the tasks and
+waits for them, then runs ``_disconnect``: in that order even when a step fails, and
+shielded from the caller's cancellation, so a cancelled owner still releases what the
+adapter holds. Each hook bounds its own time (the adapters' ``close_timeout`` settings).
+A failed ``_connect`` closes everything the same way before its error propagates.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ __all__ = ["Lifecycle"]
 
 class Lifecycle:
     _task_group: TaskGroup | None = None
+
+    async def _open_outer(self) -> None:
+        """Open what must enclose the adapter's task group (a connection that has a task
+        group of its own), before it starts; ``_disconnect`` closes it. Nothing by default."""
 
     async def _connect(self) -> None:
         """Open connections and start background tasks; nothing by default."""
@@ -40,6 +45,7 @@ class Lifecycle:
         return self._task_group
 
     async def __aenter__(self) -> Self:
+        await self._open_outer()
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group

@@ -192,25 +192,11 @@ class StoreAdapter(Lifecycle):
         self._timing = timing if timing is not None else Timing()
         self._leases: set[StoreLease] = set()
 
-    async def __aenter__(self) -> Self:
-        # The dialect's own task group encloses the adapter's: opened first, closed last.
-        await self.store.__aenter__()
-        try:
-            return await super().__aenter__()
-        except BaseException:
-            await self.store.__aexit__(None, None, None)
-            raise
+    async def _open_outer(self) -> None:
+        await self.store.__aenter__()  # its task group encloses the adapter's
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        try:
-            return await super().__aexit__(exc_type, exc_value, traceback)
-        finally:
-            await self.store.__aexit__(None, None, None)
+    async def _disconnect(self) -> None:
+        await self.store.__aexit__(None, None, None)
 
     async def _wind_down(self) -> None:
         with anyio.move_on_after(self._timing.close_timeout):

@@ -47,7 +47,8 @@ STUB = textwrap.dedent(
         global count
         count += 1
     signal.signal(signal.SIGTERM, on_term)
-    print("started", os.environ["SHOAL_HANDLER_ID"], os.environ.get("SHOAL_GROUP"), flush=True)
+    # one string: print's separate arguments are separate writes when unbuffered
+    print(f"started {os.environ['SHOAL_HANDLER_ID']} {os.environ.get('SHOAL_GROUP')}", flush=True)
     while not count:
         time.sleep(0.01)
     time.sleep(float(os.environ.get("STUB_DRAIN", "0.05")))
