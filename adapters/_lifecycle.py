@@ -1,14 +1,15 @@
 """``Lifecycle``: how every adapter opens and closes, written once.
 
 ``async with adapter:`` runs ``_open_outer`` (what must enclose the adapter's tasks: a
-connection with a task group of its own), opens a task group the adapter owns
-(``self._tasks``: lease renewals, change feeds, listeners), then runs ``_connect``
-(connect, create what is missing; it may start tasks). Leaving runs ``_wind_down`` while
-those tasks still run (revoke leases, close subscriptions), then cancels the tasks and
-waits for them, then runs ``_disconnect``: in that order even when a step fails, and
-shielded from the caller's cancellation, so a cancelled owner still releases what the
-adapter holds. Each hook bounds its own time (the adapters' ``close_timeout`` settings).
-A failed ``_connect`` closes everything the same way before its error propagates.
+connection with a task group of its own, closed last by ``_close_outer``), opens a task
+group the adapter owns (``self._tasks``: lease renewals, change feeds, listeners), then
+runs ``_connect`` (connect, create what is missing; it may start tasks). Leaving runs
+``_wind_down`` while those tasks still run (revoke leases, close subscriptions), then
+cancels the tasks and waits for them, then runs ``_disconnect``: in that order even when a
+step fails, and shielded from the caller's cancellation, so a cancelled owner still
+releases what the adapter holds. Each hook bounds its own time (the adapters'
+``close_timeout`` settings). A failed ``_connect`` closes everything the same way before
+its error propagates.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ class Lifecycle:
 
     async def _open_outer(self) -> None:
         """Open what must enclose the adapter's task group (a connection that has a task
-        group of its own), before it starts; ``_disconnect`` closes it. Nothing by default."""
+        group of its own), before it starts. Nothing by default."""
+
+    async def _close_outer(self) -> None:
+        """Close what ``_open_outer`` opened, last and outside every scope of this adapter
+        (its own exit bounds and shields itself). Nothing by default."""
 
     async def _connect(self) -> None:
         """Open connections and start background tasks; nothing by default."""
@@ -76,6 +81,9 @@ class Lifecycle:
                     task_group.cancel_scope.cancel()
                     swallowed = await task_group.__aexit__(exc_type, exc_value, traceback)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await self._disconnect()
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await self._disconnect()
+                finally:
+                    await self._close_outer()
         return swallowed

@@ -195,7 +195,7 @@ class StoreAdapter(Lifecycle):
     async def _open_outer(self) -> None:
         await self.store.__aenter__()  # its task group encloses the adapter's
 
-    async def _disconnect(self) -> None:
+    async def _close_outer(self) -> None:
         await self.store.__aexit__(None, None, None)
 
     async def _wind_down(self) -> None:

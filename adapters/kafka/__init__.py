@@ -17,13 +17,12 @@ Coordination (``KafkaMembership``, ``KafkaLoadReports``, ``KafkaElection``,
 ``KafkaAssignmentStore``, ``KafkaHoldStore``, ``KafkaProjectRegistry``): the two-level
 design. Members and leader candidates are sessions of the consumer group
 ``shoal.{group}.coord`` (the broker's group coordinator tracks them and picks a group
-leader); the group leader's ``ShoalAssignor`` admits members, elects the shoal leader among
-candidates and assigns the coordination topic's partitions with shoal's strategy, and every
-session receives the whole result. Assignments, holds and projects are requests in the
-coordination log ``shoal.{group}.coord-log``, decided by replay (compare-and-set by total
-order). Membership is presence only: load reports go, via ``KafkaLoadReports``, to the
-compacted ``shoal.{group}.stats`` (by member id and session incarnation), and show only
-while their member's session is in the group.
+leader); the group leader's ``ShoalAssignor`` admits members and elects the shoal leader
+among candidates, and every session receives the whole result. Assignments, holds and
+projects are requests in the coordination log ``shoal.{group}.coord-log``, decided by
+replay (compare-and-set by total order). Membership is presence only: load reports go,
+via ``KafkaLoadReports``, to the compacted ``shoal.{group}.stats`` (by member id and
+session incarnation), and show only while their member's session is in the group.
 """
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter

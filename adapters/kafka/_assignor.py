@@ -13,12 +13,9 @@ metadata alone:
    the candidate seen longest wins (lowest ``since``, then id). A new leader's term is the
    Kafka generation, raised above every term any session knows (the coordination log's
    terms included), so terms only ever grow, even if Kafka forgets the group.
-3. **Partitions**: shoal's strategy (``core.assignment``) over the admitted members, with
-   the previous owners each member reports (Kafka's sticky-assignor habit), gives the owners
-   of the coordination topic's partitions, which stand for shoal's partitions.
-
-Every session receives the whole ``Broadcast`` in its assignment's ``user_data``; its own
-Kafka-level partitions are the ones its shoal id owns.
+Every session receives the whole ``Broadcast`` in its assignment's ``user_data``, and no
+Kafka-level partition: the group is membership only (shoal's assignment is the leader's,
+published through the coordination log, not computed again here).
 """
 
 from __future__ import annotations
@@ -47,26 +44,20 @@ from adapters.kafka._coord_codec import (
     encode_broadcast,
     encode_meta,
 )
-from core.assignment import AssignmentOptions, AssignmentRequest, Strategy, strategy_named
-from core.errors import InvalidAssignmentRequest
-from core.model import Assignment, Member, MemberId, Partition
+from core.model import MemberId
 
 __all__ = ["ASSIGNOR_NAME", "ShoalAssignor", "assign_group"]
 
 _log = logging.getLogger(__name__)
 
 ASSIGNOR_NAME = "shoal"
-_FALLBACK_STRATEGY = "range"
 
 
 def assign_group(
     *,
     generation: int,
     group_leader: str,
-    partitions: int,
     members: Mapping[str, MemberMeta | None],
-    strategy: Strategy,
-    options: AssignmentOptions | None = None,
 ) -> Broadcast:
     """The broadcast for Kafka generation ``generation`` of the sessions ``members``
     (Kafka member id -> decoded metadata; None for a session whose metadata is not ours,
@@ -82,7 +73,6 @@ def assign_group(
     admitted, rejected = _admit(generation, metas, previous)
     candidates = _candidates(generation, metas, previous)
     leader = _elect(generation, candidates, previous, known_term)
-    owners = _partition_owners(partitions, admitted, metas, strategy, options)
     return Broadcast(
         kgen=generation,
         group_leader=group_leader,
@@ -90,7 +80,6 @@ def assign_group(
         members={seat.id: seat for seat in admitted},
         candidates=candidates,
         rejected=frozenset(rejected),
-        owners=owners,
         max_term=max(known_term, 0 if leader is None else leader.term),
     )
 
@@ -157,56 +146,10 @@ def _elect(
     )
 
 
-def _partition_owners(
-    partitions: int,
-    admitted: list[Seat],
-    metas: Mapping[str, MemberMeta],
-    strategy: Strategy,
-    options: AssignmentOptions | None,
-) -> tuple[tuple[MemberId, ...], ...]:
-    if partitions < 1:
-        return ()
-    if not admitted:
-        return ((),) * partitions
-    # previous owners: what each admitted session reports it owned, the latest report
-    # winning when two disagree (a member that missed a generation reports stale ones)
-    latest: dict[Partition, tuple[int, list[MemberId]]] = {}
-    for seat in admitted:
-        meta = metas[seat.member]
-        for partition in meta.owned:
-            if not 0 <= partition < partitions:
-                continue
-            kgen, owners = latest.get(partition, (-1, []))
-            if meta.owned_kgen > kgen:
-                latest[partition] = (meta.owned_kgen, [seat.id])
-            elif meta.owned_kgen == kgen:
-                owners.append(seat.id)
-    previous = Assignment(
-        generation=max((k for k, _ in latest.values()), default=0),
-        owners=tuple(tuple(sorted(latest[p][1])) if p in latest else () for p in range(partitions)),
-    )
-    request = AssignmentRequest(
-        partitions=partitions,
-        members=tuple(Member(seat.id) for seat in admitted),
-        previous=previous,
-        options=options if options is not None else AssignmentOptions(),
-    )
-    try:
-        return strategy.assign(request).assignment.owners
-    except InvalidAssignmentRequest as exc:
-        _log.warning(
-            "strategy %s refused the coordination assignment (%s); using %s",
-            strategy.name,
-            exc,
-            _FALLBACK_STRATEGY,
-        )
-        return strategy_named(_FALLBACK_STRATEGY).assign(request).assignment.owners
-
-
 class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """The one assignor every shoal session lists (name ``shoal``), holding that session's
-    side of the protocol: ``metadata()`` describes the session (identity, role, the
-    partitions it owned, the last broadcast it saw, the highest log term it read),
+    side of the protocol: ``metadata()`` describes the session (identity, role, the last
+    broadcast it saw, the highest log term it read),
     ``on_assignment()`` records the broadcast it received, and ``assign()`` — run only
     in the group leader — delegates to ``assign_group``.
 
@@ -222,26 +165,19 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         self,
         *,
         topic: str,
-        partitions: int,
         role: Role,
         member_id: MemberId,
         incarnation: str,
-        strategy: Strategy | None = None,
-        options: AssignmentOptions | None = None,
         log_term: Callable[[], int] = lambda: 0,
     ) -> None:
         self.topic = topic
-        self.partitions = partitions
         self.role: Role = role
         self.member_id = member_id
         self.incarnation = incarnation
-        self.strategy = strategy if strategy is not None else strategy_named("sticky")
-        self.options = options
         self._log_term = log_term
         self.generation: int | None = None  # set by the session before assign()
         self.kafka_member_id = ""  # this session's Kafka member id, set by the session
         self.last: Broadcast | None = None
-        self.owned: tuple[Partition, ...] = ()
         self.deposed_term: int | None = None  # the last assign() replaced this leader's term
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
@@ -249,8 +185,6 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             role=self.role,
             id=self.member_id,
             inc=self.incarnation,
-            owned=self.owned,
-            owned_kgen=0 if self.last is None else self.last.kgen,
             seen=self.last,
             log_term=self._log_term(),
         )
@@ -259,8 +193,6 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def assign(
         self, cluster: object, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        known = getattr(cluster, "partitions_for_topic", lambda _topic: None)(self.topic)
-        partitions = len(known) if known else self.partitions
         decoded: dict[str, MemberMeta | None] = {}
         for kid, metadata in members.items():
             try:
@@ -277,10 +209,7 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         broadcast = assign_group(
             generation=generation,
             group_leader=self.kafka_member_id,
-            partitions=partitions,
             members=decoded,
-            strategy=self.strategy,
-            options=self.options,
         )
         previous = _freshest_seen(m for m in decoded.values() if m is not None)
         before = None if previous is None else previous.leader
@@ -291,19 +220,10 @@ class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         ):
             self.deposed_term = before.term
         user_data = encode_broadcast(broadcast)
-        by_kafka_member = {seat.member: seat.id for seat in broadcast.members.values()}
-        result: dict[str, ConsumerProtocolMemberAssignment] = {}
-        for kid in members:
-            shoal_id = by_kafka_member.get(kid)
-            owned = [] if shoal_id is None else list(broadcast.owned_by(shoal_id))
-            result[kid] = ConsumerProtocolMemberAssignment(0, [(self.topic, owned)], user_data)
-        return result
+        return {
+            kid: ConsumerProtocolMemberAssignment(0, [(self.topic, [])], user_data)
+            for kid in members
+        }
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
-        broadcast = decode_broadcast(bytes(assignment.user_data or b""))
-        self.last = broadcast
-        self.owned = tuple(
-            sorted(
-                p for topic, parts in assignment.assignment if topic == self.topic for p in parts
-            )
-        )
+        self.last = decode_broadcast(bytes(assignment.user_data or b""))

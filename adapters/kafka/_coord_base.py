@@ -28,7 +28,6 @@ from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError, NewTopic, 
 from adapters.kafka._coord_aiokafka import ConfigResource, ConfigResourceType
 from adapters.kafka._login import check_login
 from adapters.kafka._settings import KafkaSettings
-from core.assignment import DEFAULT_STRATEGY, AssignmentOptions, Strategy, strategy_named
 from core.errors import StoreUnavailableError
 
 __all__ = [
@@ -115,24 +114,16 @@ class Changes:
 class KafkaCoordinationAdapter(Lifecycle):
     """Base of the Kafka coordination adapters: ``async with`` creates the topics (if
     missing), reads the broker's session bounds and starts the adapter's own background
-    work in its own task group; leaving stops it within ``settings.close_timeout``.
-
-    ``strategy`` (a name or a ``Strategy``) and ``options`` are what the group leader's
-    assignor runs to assign the coordination topic's partitions.
-    """
+    work in its own task group; leaving stops it within ``settings.close_timeout``."""
 
     def __init__(
         self,
         settings: KafkaSettings | None = None,
         *,
-        strategy: str | Strategy = DEFAULT_STRATEGY,
-        options: AssignmentOptions | None = None,
         observe_interval: float = 0.5,
     ) -> None:
         self.settings = settings if settings is not None else KafkaSettings()
         self.names = CoordNames.of(self.settings)
-        self.strategy = strategy_named(strategy) if isinstance(strategy, str) else strategy
-        self.options = options
         self.observe_interval = observe_interval
         self.bounds = SessionBounds()
         self.changes = Changes()

@@ -1,10 +1,10 @@
 """What travels through Kafka for coordination, as compact JSON. Decoding is strict.
 
 - ``MemberMeta``: a session's JoinGroup metadata ``user_data`` (who it is, its role, the
-  coordination partitions it owned, the last broadcast it saw).
+  last broadcast it saw). Fields of older versions (``owned``) are ignored.
 - ``Broadcast``: the assignor's result, embedded whole in EVERY member's SyncGroup
   assignment ``user_data``: the Kafka generation, the shoal leader and its term, the
-  admitted members, the candidates, and owners per partition.
+  admitted members and the candidates.
 - Stats records: a load report in the compacted stats topic (``KafkaLoadReports``).
 - Log records (``LogRecord``): the coordination log's operations (see ``_coord_log``).
 """
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
 from adapters._json import StatsJson, decode_json, stats_to_json
 from adapters._json import dumps as shared_dumps
-from core.model import MemberId, MemberStats, Partition
+from core.model import MemberId, MemberStats
 
 __all__ = [
     "CANDIDATE",
@@ -81,9 +81,8 @@ class Broadcast:
     """One completed rebalance as every member of it learns it.
 
     ``members`` are the admitted ``member``-role sessions (one per shoal id); ``rejected``
-    the Kafka member ids refused (a live member already has their shoal id). ``owners`` is
-    the coordination topic's assignment computed by shoal's strategy (``owners[p]``: the
-    shoal ids that own partition p). ``max_term`` is the highest term any assignor knew.
+    the Kafka member ids refused (a live member already has their shoal id). ``max_term``
+    is the highest term any assignor knew.
     """
 
     kgen: int
@@ -92,7 +91,6 @@ class Broadcast:
     members: Mapping[MemberId, Seat]
     candidates: tuple[Seat, ...]
     rejected: frozenset[str] = frozenset()
-    owners: tuple[tuple[MemberId, ...], ...] = ()
     max_term: int = 0
 
     def present(self, kafka_member_ids: frozenset[str]) -> Broadcast:
@@ -107,25 +105,19 @@ class Broadcast:
             members={i: s for i, s in self.members.items() if s.member in kafka_member_ids},
             candidates=tuple(s for s in self.candidates if s.member in kafka_member_ids),
             rejected=self.rejected,
-            owners=self.owners,
             max_term=self.max_term,
         )
 
     def compact(self) -> Broadcast:
-        """Without owners: what a member reports back as ``seen`` when it rejoins."""
+        """Without the rejected sessions: what a member reports back as ``seen``."""
         return Broadcast(
             kgen=self.kgen,
             group_leader=self.group_leader,
             leader=self.leader,
             members=self.members,
             candidates=self.candidates,
-            rejected=frozenset(),
-            owners=(),
             max_term=self.max_term,
         )
-
-    def owned_by(self, member_id: MemberId) -> tuple[Partition, ...]:
-        return tuple(p for p, owners in enumerate(self.owners) if member_id in owners)
 
 
 def _seat_to_json(seat: Seat) -> dict[str, Any]:
@@ -150,7 +142,6 @@ def broadcast_to_json(broadcast: Broadcast) -> dict[str, Any]:
         "members": [_seat_to_json(s) for _, s in sorted(broadcast.members.items())],
         "candidates": [_seat_to_json(s) for s in broadcast.candidates],
         "rejected": sorted(broadcast.rejected),
-        "owners": [list(o) for o in broadcast.owners],
         "max_term": broadcast.max_term,
     }
 
@@ -170,16 +161,13 @@ def decode_broadcast(raw: bytes) -> Broadcast:
 class MemberMeta:
     """A session's JoinGroup ``user_data``.
 
-    ``owned`` are the coordination partitions it was assigned at generation ``owned_kgen``
-    (previous ownership, for the strategy's stickiness); ``seen`` the last broadcast it
-    received (compact); ``log_term`` the highest term it read in the coordination log.
+    ``seen`` is the last broadcast it received (compact); ``log_term`` the highest term it
+    read in the coordination log.
     """
 
     role: Role
     id: MemberId
     inc: str
-    owned: tuple[Partition, ...] = ()
-    owned_kgen: int = 0
     seen: Broadcast | None = None
     log_term: int = 0
 
@@ -191,8 +179,6 @@ def encode_meta(meta: MemberMeta) -> bytes:
             "role": meta.role,
             "id": meta.id,
             "inc": meta.inc,
-            "owned": list(meta.owned),
-            "owned_kgen": meta.owned_kgen,
             "seen": None if meta.seen is None else broadcast_to_json(meta.seen.compact()),
             "log_term": meta.log_term,
         }
@@ -205,8 +191,6 @@ def decode_meta(raw: bytes) -> MemberMeta:
         role=wire.role,
         id=wire.id,
         inc=wire.inc,
-        owned=tuple(wire.owned),
-        owned_kgen=wire.owned_kgen,
         seen=None if wire.seen is None else wire.seen.to_broadcast(),
         log_term=wire.log_term,
     )
@@ -256,7 +240,6 @@ class _BroadcastWire(_Wire):
     members: list[_SeatWire] = []
     candidates: list[_SeatWire] = []
     rejected: list[StrictStr] = []
-    owners: list[list[StrictStr]] = []
     max_term: StrictInt = 0
 
     def to_broadcast(self) -> Broadcast:
@@ -271,7 +254,6 @@ class _BroadcastWire(_Wire):
             members={s.id: s for s in members},
             candidates=tuple(s.to_seat() for s in self.candidates),
             rejected=frozenset(self.rejected),
-            owners=tuple(tuple(o) for o in self.owners),
             max_term=self.max_term,
         )
 
@@ -280,8 +262,6 @@ class _MetaWire(_Wire):
     role: Role
     id: StrictStr
     inc: StrictStr
-    owned: list[StrictInt] = []
-    owned_kgen: StrictInt = 0
     seen: _BroadcastWire | None = None
     log_term: StrictInt = 0
 

@@ -24,7 +24,6 @@ from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._coord_view import GroupView, describe_group
 from adapters.kafka._group import GroupSession
 from adapters.kafka._settings import KafkaSettings
-from core.assignment import DEFAULT_STRATEGY, AssignmentOptions, Strategy
 from core.errors import ShoalError, StoreUnavailableError
 from core.model import MemberId
 
@@ -40,13 +39,9 @@ class GroupParticipant(KafkaCoordinationAdapter):
         self,
         settings: KafkaSettings | None = None,
         *,
-        strategy: str | Strategy = DEFAULT_STRATEGY,
-        options: AssignmentOptions | None = None,
         observe_interval: float = 0.5,
     ) -> None:
-        super().__init__(
-            settings, strategy=strategy, options=options, observe_interval=observe_interval
-        )
+        super().__init__(settings, observe_interval=observe_interval)
         self.view = GroupView()
         self._sessions: set[GroupSession] = set()
         self._watchers = 0
@@ -73,12 +68,9 @@ class GroupParticipant(KafkaCoordinationAdapter):
         log_state = self.log.state
         assignor = ShoalAssignor(
             topic=self.names.coord_topic,
-            partitions=self.settings.partitions,
             role=role,
             member_id=member_id,
             incarnation=uuid.uuid4().hex,
-            strategy=self.strategy,
-            options=self.options,
             log_term=lambda: log_state.model.max_term,
         )
         return GroupSession(

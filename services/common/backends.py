@@ -78,9 +78,7 @@ class Backends(containers.DeclarativeContainer):
         redis=providers.Factory(
             deferred("adapters.coordination:StoreMembership"), redis_store, timing
         ),
-        kafka=providers.Factory(
-            deferred("adapters.kafka:KafkaMembership"), kafka_settings, strategy=config.strategy
-        ),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaMembership"), kafka_settings),
         nats=providers.Factory(
             deferred("adapters.coordination:StoreMembership"), natskv_store, timing
         ),
@@ -104,9 +102,7 @@ class Backends(containers.DeclarativeContainer):
         redis=providers.Factory(
             deferred("adapters.coordination:StoreElection"), redis_store, timing
         ),
-        kafka=providers.Factory(
-            deferred("adapters.kafka:KafkaElection"), kafka_settings, strategy=config.strategy
-        ),
+        kafka=providers.Factory(deferred("adapters.kafka:KafkaElection"), kafka_settings),
         nats=providers.Factory(
             deferred("adapters.coordination:StoreElection"), natskv_store, timing
         ),

@@ -7,10 +7,8 @@ its part through ``on_assignment()``, as Kafka's JoinGroup/SyncGroup do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-import pytest
 from aiokafka.coordinator.protocol import (  # type: ignore[import-untyped]
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
@@ -26,22 +24,9 @@ from adapters.kafka._coord_codec import (
     decode_broadcast,
     encode_broadcast,
 )
-from core.assignment import strategy_named
 
 TOPIC = "shoal.t.coord"
 P = 12
-
-
-@dataclass(frozen=True)
-class FakeCluster:
-    """What ``assign()`` reads of aiokafka's ClusterMetadata."""
-
-    partitions: int | None = P
-
-    def partitions_for_topic(self, topic: str) -> set[int] | None:
-        if self.partitions is None or topic != TOPIC:
-            return None
-        return set(range(self.partitions))
 
 
 def session(
@@ -49,7 +34,6 @@ def session(
 ) -> ShoalAssignor:
     return ShoalAssignor(
         topic=TOPIC,
-        partitions=P,
         role=role,
         member_id=member_id,
         incarnation=inc or f"{member_id}-1",
@@ -58,9 +42,7 @@ def session(
 
 
 def rebalance(
-    generation: int,
-    sessions: Mapping[str, ShoalAssignor],
-    cluster: FakeCluster | None = None,
+    generation: int, sessions: Mapping[str, ShoalAssignor]
 ) -> dict[str, ConsumerProtocolMemberAssignment]:
     """One Kafka generation over ``sessions`` (Kafka member id -> session); the first
     session in the mapping is the group leader."""
@@ -68,9 +50,7 @@ def rebalance(
     leader.generation = generation
     leader.kafka_member_id = leader_kid
     metadata = {kid: s.metadata([TOPIC]) for kid, s in sessions.items()}
-    result: dict[str, ConsumerProtocolMemberAssignment] = leader.assign(
-        cluster or FakeCluster(), metadata
-    )
+    result: dict[str, ConsumerProtocolMemberAssignment] = leader.assign(None, metadata)
     assert set(result) == set(sessions)
     for kid, assignment in result.items():
         sessions[kid].on_assignment(assignment)
@@ -90,89 +70,19 @@ def meta(member_id: str, role: Role = MEMBER, **fields: object) -> MemberMeta:
     return MemberMeta(role=role, id=member_id, inc=f"{member_id}-1", **fields)  # type: ignore[arg-type]
 
 
-def sticky_group(
-    generation: int, members: Mapping[str, MemberMeta | None], partitions: int = P
-) -> Broadcast:
-    return assign_group(
-        generation=generation,
-        group_leader="k0",
-        partitions=partitions,
-        members=members,
-        strategy=strategy_named("sticky"),
-    )
+def group(generation: int, members: Mapping[str, MemberMeta | None]) -> Broadcast:
+    return assign_group(generation=generation, group_leader="k0", members=members)
 
 
-def loads(owners: Iterable[tuple[str, ...]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for partition_owners in owners:
-        for member_id in partition_owners:
-            counts[member_id] = counts.get(member_id, 0) + 1
-    return counts
+# --- sessions ----------------------------------------------------------------------------
 
 
-# --- partitions --------------------------------------------------------------------------
-
-
-def test_every_partition_is_owned_and_balanced_when_members_join() -> None:
-    sessions = {"k1": session("a"), "k2": session("b"), "k3": session("c")}
-    result = rebalance(1, sessions)
-    broadcast = broadcast_of(result)
-    assert all(len(owners) == 1 for owners in broadcast.owners)
-    assert loads(broadcast.owners) == {"a": 4, "b": 4, "c": 4}
-    for kid, assignment in result.items():
-        shoal_id = sessions[kid].member_id
-        assert partitions_of(assignment) == list(broadcast.owned_by(shoal_id))
-
-
-def test_members_keep_their_partitions_when_one_joins() -> None:
-    sessions = {"k1": session("a"), "k2": session("b")}
-    rebalance(1, sessions)
-    before = {s.member_id: set(s.owned) for s in sessions.values()}
-    sessions["k3"] = session("c")
-    broadcast = broadcast_of(rebalance(2, sessions))
-    assert loads(broadcast.owners) == {"a": 4, "b": 4, "c": 4}
-    for member_id in ("a", "b"):
-        assert set(broadcast.owned_by(member_id)) <= before[member_id]  # only give, never swap
-    assert sum(len(before[m]) - len(broadcast.owned_by(m)) for m in ("a", "b")) == 4
-
-
-def test_the_leavers_partitions_move_when_a_member_leaves() -> None:
-    sessions = {"k1": session("a"), "k2": session("b"), "k3": session("c")}
-    rebalance(1, sessions)
-    kept = {s.member_id: set(s.owned) for s in sessions.values()}
-    del sessions["k2"]
-    broadcast = broadcast_of(rebalance(2, sessions))
-    assert loads(broadcast.owners) == {"a": 6, "c": 6}
-    assert kept["a"] <= set(broadcast.owned_by("a"))
-    assert kept["c"] <= set(broadcast.owned_by("c"))
-
-
-def test_partition_count_comes_from_the_cluster_when_the_topic_is_known() -> None:
-    sessions = {"k1": session("a")}
-    broadcast = broadcast_of(rebalance(1, sessions, FakeCluster(partitions=5)))
-    assert len(broadcast.owners) == 5
-    broadcast = broadcast_of(rebalance(2, sessions, FakeCluster(partitions=None)))
-    assert len(broadcast.owners) == P  # unknown topic: the configured count
-
-
-def test_the_latest_report_wins_when_two_members_claim_a_partition() -> None:
-    members: dict[str, MemberMeta | None] = {
-        "k1": meta("a", owned=(0, 1), owned_kgen=3),
-        "k2": meta("b", owned=(1, 2), owned_kgen=4),  # b got 1 later than a's report
-    }
-    broadcast = sticky_group(5, members, partitions=4)
-    assert broadcast.owners[1] == ("b",)
-    assert broadcast.owners[0] == ("a",)
-    assert broadcast.owners[2] == ("b",)
-
-
-def test_candidates_and_unknown_sessions_get_no_partitions() -> None:
+def test_no_session_gets_a_partition_the_group_is_membership_only() -> None:
     sessions = {"k1": session("a"), "k2": session("lead", CANDIDATE)}
     result = rebalance(1, sessions)
-    assert partitions_of(result["k2"]) == []
-    assert len(partitions_of(result["k1"])) == P
+    assert partitions_of(result["k1"]) == partitions_of(result["k2"]) == []
     members: dict[str, MemberMeta | None] = {"k1": meta("a"), "k9": None}
-    broadcast = sticky_group(1, members)
+    broadcast = group(1, members)
     assert set(broadcast.members) == {"a"}
     assert "k9" not in {s.member for s in broadcast.members.values()}
 
@@ -185,14 +95,13 @@ def test_foreign_metadata_is_ignored_when_a_session_is_not_ours() -> None:
         "k1": leader.metadata([TOPIC]),
         "k2": ConsumerProtocolMemberMetadata(0, [TOPIC], b"not json"),
     }
-    result = leader.assign(FakeCluster(), metadata)
+    result = leader.assign(None, metadata)
     assert partitions_of(result["k2"]) == []
     assert set(broadcast_of(result).members) == {"a"}
 
 
-def test_no_partitions_are_owned_when_no_member_is_admitted() -> None:
-    broadcast = sticky_group(1, {"k1": meta("lead", CANDIDATE)})
-    assert broadcast.owners == ((),) * P
+def test_no_member_is_admitted_when_only_candidates_are_in_the_group() -> None:
+    broadcast = group(1, {"k1": meta("lead", CANDIDATE)})
     assert broadcast.members == {}
 
 
@@ -213,12 +122,10 @@ def test_one_of_two_new_incarnations_is_admitted_when_they_join_together() -> No
     broadcast = assign_group(
         generation=1,
         group_leader="k2",
-        partitions=P,
         members={
             "k2": MemberMeta(MEMBER, "a", "x"),
             "k1": MemberMeta(MEMBER, "a", "y"),
         },
-        strategy=strategy_named("sticky"),
     )
     assert broadcast.members["a"].member == "k1"  # deterministic: lowest Kafka member id
     assert broadcast.rejected == {"k2"}
@@ -298,26 +205,9 @@ def test_terms_strictly_increase_when_leaders_follow_each_other() -> None:
 
 
 def test_same_inputs_give_the_same_broadcast_when_assigned_twice() -> None:
-    members: dict[str, MemberMeta | None] = {
-        f"k{i}": meta(f"m{i}", owned=(i,), owned_kgen=1) for i in range(5)
-    }
+    members: dict[str, MemberMeta | None] = {f"k{i}": meta(f"m{i}") for i in range(5)}
     members["kc"] = meta("lead", CANDIDATE, log_term=3)
-    assert sticky_group(2, members) == sticky_group(2, dict(reversed(members.items())))
-
-
-@pytest.mark.parametrize(
-    "name", ["modulo", "range", "consistent-hash", "sticky", "fan-out", "weighted"]
-)
-def test_every_strategy_assigns_every_partition_when_used_by_the_assignor(name: str) -> None:
-    members: dict[str, MemberMeta | None] = {f"k{i}": meta(f"m{i}") for i in range(3)}
-    broadcast = assign_group(
-        generation=1,
-        group_leader="k0",
-        partitions=P,
-        members=members,
-        strategy=strategy_named(name),
-    )
-    assert all(owners for owners in broadcast.owners)
+    assert group(2, members) == group(2, dict(reversed(members.items())))
 
 
 def test_broadcast_round_trips_when_encoded() -> None:
