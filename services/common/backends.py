@@ -36,6 +36,25 @@ def deferred(path: str) -> Callable[..., Any]:
     return make
 
 
+def _port(
+    config: providers.Configuration,
+    port: str,
+    store: providers.Provider[Any],
+    timing: providers.Provider[Any],
+    kafka_settings: providers.Provider[Any],
+) -> providers.Selector[Any]:
+    """The coordination port ``port``: ``adapters.coordination``'s ``Store{port}`` over the
+    selected store's dialect, or Kafka's own ``Kafka{port}``."""
+    over_store = providers.Factory(deferred(f"adapters.coordination:Store{port}"), store, timing)
+    return providers.Selector(
+        config.coordination,
+        etcd=over_store,
+        redis=over_store,
+        kafka=providers.Factory(deferred(f"adapters.kafka:Kafka{port}"), kafka_settings),
+        nats=over_store,
+    )
+
+
 class Backends(containers.DeclarativeContainer):
     config = providers.Configuration(strict=True)
 
@@ -52,15 +71,17 @@ class Backends(containers.DeclarativeContainer):
         deferred("adapters.natskv:NatsKvSettings"), group=config.group, nats=nats_settings
     )
 
-    # The coordination ports are written once (adapters.coordination) over a store's
-    # dialect of the CoordinationStore port; each adapter gets a dialect instance (its own
-    # connection). Kafka's group protocol is the one store with ports of its own.
-    etcd_store = providers.Factory(deferred("adapters.etcd:EtcdCoordinationStore"), etcd_settings)
-    redis_store = providers.Factory(
-        deferred("adapters.redis:RedisCoordinationStore"), redis_settings
-    )
-    natskv_store = providers.Factory(
-        deferred("adapters.natskv:NatsKvCoordinationStore"), natskv_settings
+    # The coordination ports are written once (adapters.coordination) over the selected
+    # store's dialect of the CoordinationStore port; each adapter gets a dialect instance
+    # (its own connection). Kafka's group protocol is the one store with ports of its own.
+    coordination_store = providers.Selector(
+        config.coordination,
+        etcd=providers.Factory(deferred("adapters.etcd:EtcdCoordinationStore"), etcd_settings),
+        redis=providers.Factory(deferred("adapters.redis:RedisCoordinationStore"), redis_settings),
+        kafka=providers.Object(None),
+        nats=providers.Factory(
+            deferred("adapters.natskv:NatsKvCoordinationStore"), natskv_settings
+        ),
     )
     timing = providers.Selector(
         config.coordination,
@@ -69,83 +90,12 @@ class Backends(containers.DeclarativeContainer):
         kafka=providers.Object(None),
         nats=providers.Factory(deferred("adapters.coordination:timing_of"), natskv_settings),
     )
-
-    membership = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(
-            deferred("adapters.coordination:StoreMembership"), etcd_store, timing
-        ),
-        redis=providers.Factory(
-            deferred("adapters.coordination:StoreMembership"), redis_store, timing
-        ),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaMembership"), kafka_settings),
-        nats=providers.Factory(
-            deferred("adapters.coordination:StoreMembership"), natskv_store, timing
-        ),
-    )
-    load_reports = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(
-            deferred("adapters.coordination:StoreLoadReports"), etcd_store, timing
-        ),
-        redis=providers.Factory(
-            deferred("adapters.coordination:StoreLoadReports"), redis_store, timing
-        ),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaLoadReports"), kafka_settings),
-        nats=providers.Factory(
-            deferred("adapters.coordination:StoreLoadReports"), natskv_store, timing
-        ),
-    )
-    election = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(deferred("adapters.coordination:StoreElection"), etcd_store, timing),
-        redis=providers.Factory(
-            deferred("adapters.coordination:StoreElection"), redis_store, timing
-        ),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaElection"), kafka_settings),
-        nats=providers.Factory(
-            deferred("adapters.coordination:StoreElection"), natskv_store, timing
-        ),
-    )
-    assignment_store = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(
-            deferred("adapters.coordination:StoreAssignmentStore"), etcd_store, timing
-        ),
-        redis=providers.Factory(
-            deferred("adapters.coordination:StoreAssignmentStore"), redis_store, timing
-        ),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaAssignmentStore"), kafka_settings),
-        nats=providers.Factory(
-            deferred("adapters.coordination:StoreAssignmentStore"), natskv_store, timing
-        ),
-    )
-    hold_store = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(
-            deferred("adapters.coordination:StoreHoldStore"), etcd_store, timing
-        ),
-        redis=providers.Factory(
-            deferred("adapters.coordination:StoreHoldStore"), redis_store, timing
-        ),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaHoldStore"), kafka_settings),
-        nats=providers.Factory(
-            deferred("adapters.coordination:StoreHoldStore"), natskv_store, timing
-        ),
-    )
-    project_registry = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(
-            deferred("adapters.coordination:StoreProjectRegistry"), etcd_store, timing
-        ),
-        redis=providers.Factory(
-            deferred("adapters.coordination:StoreProjectRegistry"), redis_store, timing
-        ),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaProjectRegistry"), kafka_settings),
-        nats=providers.Factory(
-            deferred("adapters.coordination:StoreProjectRegistry"), natskv_store, timing
-        ),
-    )
+    membership = _port(config, "Membership", coordination_store, timing, kafka_settings)
+    load_reports = _port(config, "LoadReports", coordination_store, timing, kafka_settings)
+    election = _port(config, "Election", coordination_store, timing, kafka_settings)
+    assignment_store = _port(config, "AssignmentStore", coordination_store, timing, kafka_settings)
+    hold_store = _port(config, "HoldStore", coordination_store, timing, kafka_settings)
+    project_registry = _port(config, "ProjectRegistry", coordination_store, timing, kafka_settings)
     transport = providers.Selector(
         config.transport,
         nats=providers.Factory(deferred("adapters.nats:NatsTransport"), nats_settings),
