@@ -26,6 +26,7 @@ import re
 from enum import StrEnum
 
 from core.model import MemberId
+from core.ports import TransportFeatures
 
 __all__ = [
     "BROADCAST_STRATEGY",
@@ -49,13 +50,7 @@ class ConsumptionMode(StrEnum):
     BROADCAST = "broadcast"
 
 
-# Transports on which several subscribers of one position split its messages. Kafka has
-# one committed offset per partition and group: competing consumers need share groups
-# (KIP-932), which the client in use (aiokafka) does not implement.
-_COMPETING_TRANSPORTS = frozenset({"nats"})
-
-
-def mode_problem(mode: ConsumptionMode, strategy: str, transport: str) -> str | None:
+def mode_problem(mode: ConsumptionMode, strategy: str, transport: TransportFeatures) -> str | None:
     """Why ``mode`` cannot run with ``strategy`` on ``transport``; None when it can.
 
     - exclusive refuses ``fan-out`` (once handlers outnumber partitions it names several
@@ -63,7 +58,8 @@ def mode_problem(mode: ConsumptionMode, strategy: str, transport: str) -> str | 
       a live holder after ``claim_patience``, two consumers of one partition with the
       order silently lost) and ``broadcast`` (every handler owns every partition);
     - shared needs ``fan-out`` (the one strategy that gives a partition several owners)
-      and a transport whose subscribers can compete on one position;
+      and a transport whose subscribers can compete on one position (its
+      ``competing_consumers`` feature);
     - broadcast needs the ``broadcast`` strategy (any other divides the partitions, so
       a handler would miss the messages of those it was not given).
     """
@@ -81,12 +77,10 @@ def mode_problem(mode: ConsumptionMode, strategy: str, transport: str) -> str | 
                 f"the shared mode needs strategy {SHARED_STRATEGY} (several owners per "
                 f"partition), not {strategy}"
             )
-        if transport not in _COMPETING_TRANSPORTS:
+        if transport.competing_consumers is not None:
             return (
-                f"the shared mode is not available on {transport}: a Kafka partition has one "
-                "committed offset per group, and competing consumers of one partition need "
-                "share groups (KIP-932), which aiokafka does not support; use NATS, or "
-                "the exclusive mode with more partitions"
+                f"the shared mode is not available on {transport.name}: "
+                f"{transport.competing_consumers}"
             )
         return None
     if strategy != BROADCAST_STRATEGY:

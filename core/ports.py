@@ -51,6 +51,7 @@ __all__ = [
     "TableHealth",
     "TableUpkeep",
     "Transport",
+    "TransportFeatures",
 ]
 
 
@@ -397,7 +398,28 @@ class Subscription(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class TransportFeatures:
+    """What a transport can do beyond the ``Transport`` port, declared by its adapter class
+    (``features``): each capability is None where it is built, else why it is not (shown to
+    the user who asks for it).
+
+    ``competing_consumers``: several subscribers of one position split its messages (the
+    shared consumption mode). ``datacenters``: one cluster per datacenter behind
+    ``SHOAL_CLUSTERS`` (multi-datacenter routing, topic migration).
+    """
+
+    name: str
+    competing_consumers: str | None = None
+    datacenters: str | None = None
+
+
 class Transport(Protocol):
+    @property
+    def features(self) -> TransportFeatures:
+        """What it can do beyond this port (its adapter class declares it)."""
+        ...
+
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         """Return once the broker has durably stored every envelope (keyed by ``message_id``,
         so a retry with the same envelopes is a no-op). Envelopes that share a subject may

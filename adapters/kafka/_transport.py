@@ -8,7 +8,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -36,7 +36,7 @@ from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.packing import packed
 from core.partitioning import partition_for
-from core.ports import Subscription
+from core.ports import Subscription, TransportFeatures
 
 __all__ = ["KafkaTransport", "kafka_partitioner"]
 
@@ -72,6 +72,14 @@ class KafkaTransport(Lifecycle):
     every broker call is bounded by a timeout. ``dead_letter`` is awaited once per dead
     letter (see ``_dead_letter``).
     """
+
+    features: ClassVar[TransportFeatures] = TransportFeatures(
+        "kafka",
+        competing_consumers="a Kafka partition has one committed offset per group, and "
+        "competing consumers of one partition need share groups (KIP-932), which aiokafka "
+        "does not support; use NATS, or the exclusive mode with more partitions",
+        datacenters="Kafka clusters are the same shape, not built yet; use NATS",
+    )
 
     def __init__(
         self,

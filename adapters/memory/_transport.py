@@ -37,6 +37,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import anyio
 import anyio.lowlevel
@@ -45,7 +46,7 @@ from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_let
 from adapters._lifecycle import Lifecycle
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
-from core.ports import Delivery, Subscription
+from core.ports import Delivery, Subscription, TransportFeatures
 from core.replay import StoredMessage
 from core.retry import Excusals
 
@@ -83,6 +84,10 @@ class _Queue:
 class InMemoryTransport(Lifecycle):
     """In-process Transport. ``async with InMemoryTransport(...) as t:``; all state is lost
     when the object goes away. ``registrations`` records ``reply_registration`` calls."""
+
+    features: ClassVar[TransportFeatures] = TransportFeatures(
+        "memory", datacenters="an in-process transport has no clusters to route between"
+    )
 
     def __init__(
         self,

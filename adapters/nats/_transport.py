@@ -6,6 +6,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
+from typing import ClassVar
 
 import anyio
 import nats
@@ -31,7 +32,7 @@ from core.errors import BrokerUnavailableError, PublishError, PublishRefusedErro
 from core.messages import Envelope, is_valid_project_id
 from core.model import Partition
 from core.packing import MAX_PACK_BYTES, packed, parts_in
-from core.ports import Subscription
+from core.ports import Subscription, TransportFeatures
 from core.server_floors import NATS_ATOMIC_BATCH, NATS_KILL_SAFE
 
 __all__ = ["NatsTransport"]
@@ -69,6 +70,10 @@ class NatsTransport(Lifecycle):
     every server call is bounded by a timeout. ``dead_letter`` is awaited once per dead
     letter (see ``_dead_letter``).
     """
+
+    # pull subscribers of one durable consumer compete; one deployment per datacenter
+    # (NatsSettings.for_cluster) is what multi-datacenter routing is built on
+    features: ClassVar[TransportFeatures] = TransportFeatures("nats")
 
     def __init__(
         self,

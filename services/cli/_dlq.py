@@ -27,6 +27,7 @@ from core.dead_letters import DeadLetter, UnknownDeadLetterError, split_by_store
 from core.errors import ShoalError
 from core.ports import DeadLetterQueue
 from services.cli._broker import payload_fields, transport_backends
+from services.common.backends import datacenter_backends
 from services.common.lifecycle import sole_error
 from services.common.settings import RoutingSettings, ShoalSettings, load_settings
 
@@ -73,17 +74,14 @@ async def _enter_queues(
     clusters = load_settings(RoutingSettings).cluster_map
     if clusters is None:
         return {None: await stack.enter_async_context(backends.dead_letter_queue())}
-    if shoal.transport != "nats":
-        raise ShoalError(
-            "SHOAL_CLUSTERS: multi-datacenter routing is built for SHOAL_TRANSPORT=nats only"
-        )
-    # imported here: `shoal --help` loads no broker client
-    from adapters.nats import NatsDeadLetterQueue, NatsSettings  # noqa: PLC0415
-
-    base = load_settings(NatsSettings)
+    try:
+        kinds = datacenter_backends(shoal.transport)
+    except ValueError as exc:
+        raise ShoalError(f"SHOAL_CLUSTERS: {exc}") from None
+    base = load_settings(kinds.settings)
     queues: dict[str | None, DeadLetterQueue] = {}
     for name in clusters.names:
-        queue = NatsDeadLetterQueue(base.for_cluster(name, clusters.addresses(name)))
+        queue = kinds.dead_letter_queue(base.for_cluster(name, clusters.addresses(name)))
         try:
             queues[name] = await stack.enter_async_context(queue)
         except (ShoalError, ConnectionError, TimeoutError, OSError) as exc:

@@ -125,14 +125,23 @@ async def _drain(
 async def open_datacenters(
     stack: AsyncExitStack, *, prefix: str, target: str, ordered: bool
 ) -> tuple[ClusterMap, RouteStore, dict[str, Drainable]]:
-    """The cluster map, the route file and a NATS transport per cluster, entered. The
+    """The cluster map, the route file and the transport of each cluster, entered. The
     request is checked against the stored table first (``RouteError``), so a bad one is
-    refused without connecting to any cluster."""
+    refused without connecting to any cluster, as is a transport without multi-datacenter
+    routing."""
     # imported here: `shoal --help` loads no broker client
-    from adapters.nats import NatsSettings, NatsTransport  # noqa: PLC0415
     from adapters.routes import RouteFile  # noqa: PLC0415
-    from services.common.settings import RoutingSettings, load_settings  # noqa: PLC0415
+    from services.common.backends import datacenter_backends  # noqa: PLC0415
+    from services.common.settings import (  # noqa: PLC0415
+        RoutingSettings,
+        ShoalSettings,
+        load_settings,
+    )
 
+    try:
+        kinds = datacenter_backends(load_settings(ShoalSettings).transport)
+    except ValueError as exc:
+        raise RouteError(f"SHOAL_CLUSTERS: {exc}") from None
     routing = load_settings(RoutingSettings)
     clusters = routing.cluster_map
     if clusters is None:
@@ -142,10 +151,10 @@ async def open_datacenters(
     )
     table = await routes.current() or default_table(clusters)
     plan_migration(table, clusters, prefix, target, ordered=ordered)
-    base = load_settings(NatsSettings)
+    base = load_settings(kinds.settings)
     transports: dict[str, Drainable] = {
         name: await stack.enter_async_context(
-            NatsTransport(base.for_cluster(name, clusters.addresses(name)))
+            kinds.transport(base.for_cluster(name, clusters.addresses(name)))
         )
         for name in clusters.names
     }

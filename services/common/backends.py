@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from dependency_injector import containers, providers
 from pydantic_settings import BaseSettings
 
+from core.ports import TransportFeatures
 from services.common.settings import load_settings
 
 
@@ -34,6 +36,52 @@ def deferred(path: str) -> Callable[..., Any]:
         return _imported(path)(*args, **kwargs)
 
     return make
+
+
+TRANSPORTS: dict[str, str] = {
+    "nats": "adapters.nats:NatsTransport",
+    "kafka": "adapters.kafka:KafkaTransport",
+}
+
+
+def transport_features(transport: str) -> TransportFeatures:
+    """What the transport ``transport`` (a ``SHOAL_TRANSPORT`` value) can do, as its adapter
+    class declares it (its package is imported)."""
+    features: TransportFeatures = _imported(TRANSPORTS[transport]).features
+    return features
+
+
+@dataclass(frozen=True, slots=True)
+class DatacenterBackends:
+    """What a multi-datacenter process builds once per cluster of ``SHOAL_CLUSTERS``: the
+    transport's settings class (its ``for_cluster(name, addresses)`` gives one cluster's),
+    and the adapter classes built on them."""
+
+    settings: Any
+    transport: Any
+    idempotency_store: Any
+    dead_letter_queue: Any
+
+
+_DATACENTER_CLASSES: dict[str, tuple[str, str, str, str]] = {
+    "nats": (
+        "adapters.nats:NatsSettings",
+        "adapters.nats:NatsTransport",
+        "adapters.nats:NatsIdempotencyStore",
+        "adapters.nats:NatsDeadLetterQueue",
+    ),
+}
+
+
+def datacenter_backends(transport: str) -> DatacenterBackends:
+    """The per-cluster classes of ``transport``; ``ValueError`` saying why when the
+    transport does not declare multi-datacenter routing (``TransportFeatures``)."""
+    why = transport_features(transport).datacenters
+    if why is not None:
+        raise ValueError(
+            f"multi-datacenter routing is not available on SHOAL_TRANSPORT={transport}: {why}"
+        )
+    return DatacenterBackends(*(_imported(path) for path in _DATACENTER_CLASSES[transport]))
 
 
 def _port(
@@ -98,8 +146,8 @@ class Backends(containers.DeclarativeContainer):
     project_registry = _port(config, "ProjectRegistry", coordination_store, timing, kafka_settings)
     transport = providers.Selector(
         config.transport,
-        nats=providers.Factory(deferred("adapters.nats:NatsTransport"), nats_settings),
-        kafka=providers.Factory(deferred("adapters.kafka:KafkaTransport"), kafka_settings),
+        nats=providers.Factory(deferred(TRANSPORTS["nats"]), nats_settings),
+        kafka=providers.Factory(deferred(TRANSPORTS["kafka"]), kafka_settings),
     )
     dead_letter_queue = providers.Selector(
         config.transport,

@@ -19,9 +19,10 @@ from core.errors import BrokerUnavailableError, PublishError, RouteError, StoreU
 from core.idempotency import IdempotentAnswer, first_answer
 from core.messages import Envelope
 from core.model import Partition
-from core.ports import IdempotencyStore, RouteStore, Subscription, Transport
+from core.ports import IdempotencyStore, RouteStore, Subscription, Transport, TransportFeatures
 from core.retry import retry_delay
 from core.routing import ClusterMap, RouteTable, default_table, validate_table
+from services.common.backends import datacenter_backends
 from services.common.logs import fields
 from services.common.settings import RoutingSettings, load_settings
 
@@ -69,29 +70,26 @@ async def enter_datacenters(
     clusters = routing.cluster_map
     if clusters is None:
         return None
-    if transport != "nats":
-        raise SystemExit(
-            "error: SHOAL_CLUSTERS: multi-datacenter routing is built for SHOAL_TRANSPORT=nats "
-            "only (Kafka clusters are the same shape, not built yet)"
-        )
-    # Here, not at the top: nats-py is a process's only where it is the transport.
-    from adapters.nats import (  # noqa: PLC0415 (SHOAL_TRANSPORT=nats only)
-        NatsIdempotencyStore,
-        NatsSettings,
-        NatsTransport,
-    )
-
-    base = load_settings(NatsSettings)
+    try:
+        kinds = datacenter_backends(transport)
+    except ValueError as exc:
+        raise SystemExit(f"error: SHOAL_CLUSTERS: {exc}") from None
+    base = load_settings(kinds.settings)
     settings = {name: base.for_cluster(name, clusters.addresses(name)) for name in clusters.names}
     transports = {
-        name: LateCluster(name, functools.partial(NatsTransport, cluster, position=position))
+        name: LateCluster(
+            name,
+            functools.partial(kinds.transport, cluster, position=position),
+            kinds.transport.features,
+        )
         for name, cluster in settings.items()
     }
     stores: dict[str, LateIdempotencyStore] = {}
     if idempotency_window is not None:
         stores = {
             name: LateIdempotencyStore(
-                name, functools.partial(NatsIdempotencyStore, cluster, window=idempotency_window)
+                name,
+                functools.partial(kinds.idempotency_store, cluster, window=idempotency_window),
             )
             for name, cluster in settings.items()
         }
@@ -166,6 +164,15 @@ class LateCluster(Late[Transport]):
     cluster and the handler's reader for this cluster retries."""
 
     adapter = "transport"
+
+    def __init__(
+        self,
+        name: str,
+        make: Callable[[], AbstractAsyncContextManager[Transport]],
+        features: TransportFeatures,
+    ) -> None:
+        super().__init__(name, make)
+        self.features = features  # the cluster's transport's, known before it connects
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         inner = self._inner

@@ -61,7 +61,11 @@ class ShoalSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _mode_fits(self) -> Self:
-        problem = mode_problem(self.consumption_mode, self.strategy, self.transport)
+        # here, not at the top: the backends module reads these settings
+        from services.common.backends import transport_features  # noqa: PLC0415
+
+        features = transport_features(self.transport)
+        problem = mode_problem(self.consumption_mode, self.strategy, features)
         if problem is not None:
             raise ValueError(
                 f"SHOAL_CONSUMPTION_MODE={self.consumption_mode} with "

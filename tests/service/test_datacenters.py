@@ -72,7 +72,7 @@ async def test_a_late_cluster_refuses_until_it_connects_then_serves() -> None:
         attempts += 1
         return inner if attempts >= 3 else Unreachable()
 
-    late = LateCluster("east", make)
+    late = LateCluster("east", make, InMemoryTransport.features)
     async with anyio.create_task_group() as tg:
         await tg.start(late.run)  # started after the first (failed) attempt
         with pytest.raises(PublishError, match="cluster east not connected yet"):

@@ -18,6 +18,7 @@ from core.modes import (
     position_of,
     retention_problem,
 )
+from services.common.backends import transport_features
 from services.common.settings import ShoalSettings, load_settings
 from tests.unit.test_strategies import EXCLUSIVE as ONE_OWNER_STRATEGIES
 
@@ -27,48 +28,49 @@ EXCLUSIVE, SHARED, BROADCAST = (
     ConsumptionMode.BROADCAST,
 )
 SINGLE_OWNER = sorted(set(STRATEGIES) - {"fan-out", "broadcast"})
+NATS, KAFKA = transport_features("nats"), transport_features("kafka")
 
 
 @pytest.mark.parametrize("transport", ["nats", "kafka"])
 @pytest.mark.parametrize("strategy", SINGLE_OWNER)
 def test_exclusive_runs_when_strategy_gives_one_owner(strategy: str, transport: str) -> None:
-    assert mode_problem(EXCLUSIVE, strategy, transport) is None
+    assert mode_problem(EXCLUSIVE, strategy, transport_features(transport)) is None
 
 
 def test_exclusive_admits_exactly_the_strategies_the_invariant_suite_holds_to_one_owner() -> None:
-    admitted = {s for s in STRATEGIES if mode_problem(EXCLUSIVE, s, "nats") is None}
+    admitted = {s for s in STRATEGIES if mode_problem(EXCLUSIVE, s, NATS) is None}
     assert admitted == ONE_OWNER_STRATEGIES
 
 
 @pytest.mark.parametrize("strategy", ["fan-out", "broadcast"])
 def test_exclusive_is_refused_when_strategy_gives_several_owners(strategy: str) -> None:
-    problem = mode_problem(EXCLUSIVE, strategy, "nats")
+    problem = mode_problem(EXCLUSIVE, strategy, NATS)
     assert problem is not None and strategy in problem
 
 
 def test_shared_runs_when_fan_out_on_nats() -> None:
-    assert mode_problem(SHARED, "fan-out", "nats") is None
+    assert mode_problem(SHARED, "fan-out", NATS) is None
 
 
 def test_shared_is_refused_on_kafka_naming_share_groups() -> None:
-    problem = mode_problem(SHARED, "fan-out", "kafka")
+    problem = mode_problem(SHARED, "fan-out", KAFKA)
     assert problem is not None and "KIP-932" in problem
 
 
 @pytest.mark.parametrize("strategy", [*SINGLE_OWNER, "broadcast"])
 def test_shared_is_refused_when_strategy_is_not_fan_out(strategy: str) -> None:
-    problem = mode_problem(SHARED, strategy, "nats")
+    problem = mode_problem(SHARED, strategy, NATS)
     assert problem is not None and "fan-out" in problem
 
 
 @pytest.mark.parametrize("transport", ["nats", "kafka"])
 def test_broadcast_runs_when_broadcast_strategy_on_either_transport(transport: str) -> None:
-    assert mode_problem(BROADCAST, "broadcast", transport) is None
+    assert mode_problem(BROADCAST, "broadcast", transport_features(transport)) is None
 
 
 @pytest.mark.parametrize("strategy", [*SINGLE_OWNER, "fan-out"])
 def test_broadcast_is_refused_when_strategy_divides_partitions(strategy: str) -> None:
-    assert mode_problem(BROADCAST, strategy, "nats") is not None
+    assert mode_problem(BROADCAST, strategy, NATS) is not None
 
 
 @given(st.sampled_from(list(ConsumptionMode)), st.text(min_size=1, max_size=8))
