@@ -51,6 +51,13 @@ def transport_features(transport: str) -> TransportFeatures:
     return features
 
 
+def deletes_acked_messages(transport: str, backends: Any) -> bool:
+    """Whether the log that ``backends`` (a ``Backends`` container) configures drops a
+    message once acked (a NATS work-queue stream, ``SHOAL_NATS_RETENTION=workqueue``),
+    which no other position could then read."""
+    return transport == "nats" and backends.nats_settings().retention == "workqueue"
+
+
 @dataclass(frozen=True, slots=True)
 class DatacenterBackends:
     """What a multi-datacenter process builds once per cluster of ``SHOAL_CLUSTERS``: the

@@ -18,7 +18,7 @@ from core.modes import (
     position_of,
     retention_problem,
 )
-from services.common.backends import Backends
+from services.common.backends import Backends, deletes_acked_messages
 from services.common.clusters import enter_datacenters
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
@@ -53,8 +53,7 @@ async def serve(container: HandlerContainer) -> None:
     mode = shoal.consumption_mode
     problem = retention_problem(
         mode,
-        deleted_on_ack=shoal.transport == "nats"
-        and container.backends.nats_settings().retention == "workqueue",
+        deleted_on_ack=deletes_acked_messages(shoal.transport, container.backends),
     )
     if mode is ConsumptionMode.BROADCAST:
         problem = problem or broadcast_id_problem(
