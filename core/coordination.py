@@ -36,7 +36,7 @@ Kafka offsets, the in-memory store's counter. The model only compares them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
@@ -51,6 +51,7 @@ __all__ = [
     "Registration",
     "registration",
     "supersedes",
+    "unseen",
 ]
 
 
@@ -75,6 +76,15 @@ class Leader:
     leader_id: MemberId
     term: int
     incarnation: str = ""
+
+
+def unseen(history: Sequence[Assignment], last: int | None) -> list[Assignment]:
+    """What an assignment watcher that last yielded generation ``last`` (None: nothing yet)
+    yields of ``history`` (the stored assignments, oldest first): a new watcher the newest
+    alone, then each newer one once."""
+    if last is None:
+        return list(history[-1:])
+    return [assignment for assignment in history if assignment.generation > last]
 
 
 def supersedes(published: tuple[int, int], seen: tuple[int, int] | None) -> bool:

@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Self
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from adapters._credentials import ConnectionSecurity
+from adapters._store_settings import StoreTiming
 
 
-class EtcdSettings(ConnectionSecurity):
+class EtcdSettings(StoreTiming, ConnectionSecurity):
     """Connection and timing settings shared by every etcd adapter.
 
     ``endpoints`` accepts ``host:port`` strings; from the environment, a comma-separated
@@ -30,20 +31,6 @@ class EtcdSettings(ConnectionSecurity):
     model_config = SettingsConfigDict(env_prefix="SHOAL_ETCD_", extra="ignore", frozen=True)
 
     endpoints: Annotated[tuple[str, ...], NoDecode] = ("127.0.0.1:2379",)
-    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    call_timeout: float = Field(
-        default=5.0, gt=0, description="bound on every network call (seconds)"
-    )
-    max_renew_interval: float = Field(
-        default=5.0, gt=0, description="renew leases every min(ttl/2, this) seconds"
-    )
-    retry_interval: float = Field(
-        default=0.25, gt=0, description="wait before retrying a failed renewal or watch"
-    )
-    max_retry_interval: float = Field(
-        default=2.0, gt=0, description="cap on the watch retry backoff"
-    )
-    close_timeout: float = Field(default=5.0, gt=0, description="bound on leaving an adapter")
     user: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None

@@ -20,7 +20,14 @@ from adapters._json import assignment_to_json
 from adapters.kafka._coord_base import KafkaCoordinationAdapter
 from adapters.kafka._coord_log import CoordLog
 from adapters.kafka._settings import KafkaSettings
-from core.coordination import Hold, Leader, Registration, registration, registration_ids
+from core.coordination import (
+    Hold,
+    Leader,
+    Registration,
+    registration,
+    registration_ids,
+    unseen,
+)
 from core.errors import FencedError, StoreUnavailableError
 from core.model import Assignment, MemberId, Partition
 from core.retry import retry_delay
@@ -99,13 +106,9 @@ class KafkaAssignmentStore(KafkaLogAdapter):
         state = self.log.state
         while True:
             changed = self.changes.event()
-            history = list(state.history)
-            if last is None:
-                history = history[-1:]
-            for assignment in history:
-                if last is None or assignment.generation > last:
-                    last = assignment.generation
-                    yield assignment
+            for assignment in unseen(list(state.history), last):
+                last = assignment.generation
+                yield assignment
             await changed.wait()
 
 

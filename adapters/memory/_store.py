@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from adapters.memory._base import MemoryAdapter
-from core.coordination import Hold, Leader, Registration, registration
+from core.coordination import Hold, Leader, Registration, registration, unseen
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -31,13 +31,9 @@ class InMemoryAssignmentStore(MemoryAdapter):
         while True:
             changed = self.state.changed()
             if self.state.available and self.state.history:
-                history = list(self.state.history)
-                if last is None:
-                    history = history[-1:]
-                for assignment in history:
-                    if last is None or assignment.generation > last:
-                        last = assignment.generation
-                        yield assignment
+                for assignment in unseen(list(self.state.history), last):
+                    last = assignment.generation
+                    yield assignment
             await changed.wait()
 
 

@@ -216,8 +216,8 @@ class NatsKvCoordinationStore(Lifecycle):
                             await self._delete_keys_of_ended_leases()
                             backoff.reset()
                     tasks.cancel_scope.cancel()
-            except StoreUnavailableError as exc:
-                _log.warning("NATS KV lease sweeper: %s; watching again", exc)
+            except* StoreUnavailableError as failed:  # raised inside the task group: grouped
+                _log.warning("NATS KV lease sweeper: %s; watching again", failed.exceptions[0])
                 await backoff.sleep()
             finally:
                 await stop_watcher(watcher)

@@ -8,16 +8,17 @@ import re
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from adapters._nats_settings import NatsSettings
+from adapters._store_settings import StoreTiming
 
 __all__ = ["NatsKvSettings"]
 
 _NOT_BUCKET = re.compile(r"[^A-Za-z0-9_-]")
 
 
-class NatsKvSettings(BaseSettings):
+class NatsKvSettings(StoreTiming):
     """Bucket and timing settings shared by every NATS KV coordination adapter.
 
     The bucket (``shoal_{group}`` by default, the group sanitised to the bucket charset)
@@ -30,7 +31,6 @@ class NatsKvSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_NATS_KV_", extra="ignore", frozen=True)
 
-    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     bucket: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9_-]{1,64}$",
@@ -46,13 +46,6 @@ class NatsKvSettings(BaseSettings):
         "long, because a value the marker no longer shadows can come back after an unclean "
         "shutdown of a one-replica server, nats-io/nats-server#8505)",
     )
-    call_timeout: float = Field(default=5.0, gt=0, description="bound on every network call")
-    max_renew_interval: float = Field(
-        default=5.0, gt=0, description="renew leases every min(ttl/2, this) seconds"
-    )
-    retry_interval: float = Field(default=0.25, gt=0)
-    max_retry_interval: float = Field(default=2.0, gt=0)
-    close_timeout: float = Field(default=5.0, gt=0)
     url: str | None = Field(
         default=None,
         description="the servers of the bucket when they are not SHOAL_NATS_URL's (the "

@@ -11,11 +11,12 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from adapters._credentials import ConnectionSecurity, redact_url
+from adapters._store_settings import StoreTiming
 
 _SCHEMES = ("redis", "rediss", "unix")
 
 
-class RedisSettings(ConnectionSecurity):
+class RedisSettings(StoreTiming, ConnectionSecurity):
     """Connection and timing settings shared by every Redis adapter.
 
     ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
@@ -34,23 +35,9 @@ class RedisSettings(ConnectionSecurity):
     model_config = SettingsConfigDict(env_prefix="SHOAL_REDIS_", extra="ignore", frozen=True)
 
     url: str = "redis://127.0.0.1:6379/0"
-    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    call_timeout: float = Field(
-        default=5.0, gt=0, description="bound on every network call (seconds)"
-    )
-    max_renew_interval: float = Field(
-        default=5.0, gt=0, description="renew leases every min(ttl/2, this) seconds"
-    )
-    retry_interval: float = Field(
-        default=0.25, gt=0, description="wait before retrying a failed renewal or watch"
-    )
-    max_retry_interval: float = Field(
-        default=2.0, gt=0, description="cap on the watch retry backoff"
-    )
     events_maxlen: int = Field(
         default=10_000, ge=100, description="approximate cap of the change-event stream"
     )
-    close_timeout: float = Field(default=5.0, gt=0, description="bound on leaving an adapter")
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None

@@ -16,8 +16,11 @@ from nats.js.errors import NotFoundError
 
 from adapters.nats import NatsSettings
 from adapters.natskv import NatsKvCoordinationStore, NatsKvSettings
+from adapters.natskv._bucket import Entry
+from core.errors import StoreUnavailableError
+from core.keyspace import KeyChange
 from infra.local._testservers import ServerInfo
-from tests.contract._coordination import server_features
+from tests.contract._coordination import next_within, server_features, watching
 from tests.contract._kv import CoordinationStoreContract
 
 # A TTL is whole seconds on the wire, and the server ends a key within about a fifth of a
@@ -67,3 +70,31 @@ async def harness(nats_server: ServerInfo) -> AsyncIterator[NatsKvStoreHarness]:
 @pytest.mark.natskv
 class TestNatsKvCoordinationStore(CoordinationStoreContract):
     pass
+
+
+@pytest.mark.natskv
+@pytest.mark.anyio
+async def test_the_lease_sweeper_survives_a_read_the_server_does_not_answer(
+    harness: NatsKvStoreHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that times out inside the sweeper (a server under a full stream did so in the
+    fault matrix) is retried; it used to end the dialect, and the process with it."""
+    async with harness.store() as store:
+        original = store._bucket.snapshot
+        refused: list[str] = []
+
+        async def once_unanswered(prefix: str) -> dict[str, Entry]:
+            if not refused:
+                refused.append(prefix)
+                raise StoreUnavailableError(f"read {prefix}> not answered within 5 s")
+            return await original(prefix)
+
+        monkeypatch.setattr(store._bucket, "snapshot", once_unanswered)
+        lease = await store.grant(1.0)
+        created = await store.create("s/bound", b"", lease=lease)
+        # not renewed: the lease ends on the server, and the sweeper deletes its key
+        async with watching(store.watch("s/", after=created)) as changes:
+            change = await next_within(changes, 1.0 + EXPIRY_SLACK + 10)
+        assert isinstance(change, KeyChange)
+        assert (change.key, change.value) == ("s/bound", None)
+        assert refused, "the sweeper never read"
