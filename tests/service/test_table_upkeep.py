@@ -82,8 +82,10 @@ async def _start_leader(world: World, leader_id: str, keeper: TableKeeper) -> Le
     return loop
 
 
-async def _until(check: Callable[[], bool], what: str, within: float = 20.0) -> None:
+async def _until(check: Callable[[], bool], what: str, within: float = 60.0) -> None:
     # The keeper works on its own schedule and offers no event: its record is the outcome.
+    # A ceiling, not a wait: a round runs in a child process that imports delta-rs, which
+    # took more than 20 s beside the contract and e2e lanes of CI.
     try:
         with anyio.fail_after(within):
             while not check():  # noqa: ASYNC110
