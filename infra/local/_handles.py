@@ -28,6 +28,8 @@ class RunningServer:
     """Handle of one server process. The handle is frozen; restart() respawns it in place."""
 
     kind: ClassVar[str] = "server"
+    # How long a restart may take to answer again: a ceiling, not a wait.
+    restart_timeout: ClassVar[float] = 30.0
     name: str
     data_dir: Path
     keep: bool  # when False, stop() removes data_dir
@@ -75,13 +77,13 @@ class RunningServer:
         """SIGKILL (a crash, for fault tests); data stays for restart()."""
         self._proc.kill()
 
-    def restart(self, timeout: float = 30.0) -> None:
+    def restart(self, timeout: float | None = None) -> None:
         """Stop if running (SIGTERM) and start again on the same ports and data dir."""
         if not self.data_dir.is_dir():
             raise RuntimeError(f"{self.data_dir} was removed by stop(); cannot restart")
         self._proc.stop()
         self._proc.spawn()
-        self.wait_ready(timeout)
+        self.wait_ready(self.restart_timeout if timeout is None else timeout)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -881,12 +881,13 @@ class ProjectRegistryContract:
         self, harness: CoordinationHarness
     ) -> None:
         """With a tiny TTL, in real time (etcd's leases and Redis's key expiry run on the
-        server's clock): the project refreshed halfway stays, the other expires and is
-        added anew when it registers again."""
-        ttl, start = 2.0, time.time()
+        server's clock): the project refreshed a third of the way stays, the other expires
+        and is added anew when it registers again. The refresh is timed from the first
+        registration's ``now``, so a slow first call leaves it two thirds of the TTL."""
+        ttl, start = 3.0, time.time()
         async with harness.registry() as registry:
             await registry.register(3, ["idle", "active"], now=start, ttl=ttl, cap=CAP)
-            await anyio.sleep(1.2)
+            await anyio.sleep(max(0.0, start + ttl / 3 - time.time()))
             done = await registry.register(3, ["active"], now=time.time(), ttl=ttl, cap=CAP)
             assert done == Registration()  # refreshed
             await anyio.sleep(max(0.0, start + ttl + 0.1 - time.time()))

@@ -54,6 +54,11 @@ BACKEND_MATRIX = [
     ("nats", "kafka"),
 ]
 S3_PAIR = ("etcd", "nats")
+# The Spark audit and the compaction read the landing zone and the transport's dead
+# letters: the coordination store has no part in them. They run once per transport and
+# landing (the first pair of each in BACKEND_MATRIX), not on every pair: a Spark session
+# is ~20 s of a loaded CI machine.
+AUDITED = {(t, "s3" if (c, t) == S3_PAIR else "disk"): (c, t) for c, t in reversed(BACKEND_MATRIX)}
 JOIN_LIMIT = 2.0  # a joining handler lands its first row within this of being granted
 STATUS_LIMIT = 1.0  # the leaders answer GET /status within this under load (p99, seconds)
 FAILOVER_LIMIT = LEASE_TTL + 2.0  # a dead handler's partitions land again within this
@@ -299,6 +304,11 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
     assert latency["requests"] > 0
     assert latency["p99_ms"] <= STATUS_LIMIT * 1000, f"GET /status too slow: {latency}"
 
+    # Exactly once: the kills left no message landed twice (the audit agrees below).
+    assert not dupes, f"{len(dupes)} messages landed more than once, e.g. {sorted(dupes)[:5]}"
+    if AUDITED[transport, landing] != (coordination, transport):
+        return
+
     # The Spark audit, run as an operator would on this landing zone (drained: the load
     # stopped and every accepted message landed), agrees with what the test counted.
     audit = run_audit(cluster)
@@ -309,9 +319,7 @@ async def test_no_accepted_message_is_lost_when_a_handler_and_the_leader_are_kil
     )
     assert audit["lost"] == 0 and audit["dead_lettered"] == 0
     assert audit["accepted"] == len(accepted)
-    assert audit["duplicated"] == figures["duplicate_rows"]
-    # Exactly once: the kills left no message landed twice (the audit agrees above).
-    assert not dupes, f"{len(dupes)} messages landed more than once, e.g. {sorted(dupes)[:5]}"
+    assert audit["duplicated"] == figures["duplicate_rows"] == 0
 
     # Compacted as an operator would (today included: the run landed today), the table
     # holds the same rows in fewer files.
