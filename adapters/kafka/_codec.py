@@ -36,6 +36,17 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from adapters._headers import (
+    H_DEAD_ATTEMPTS,
+    H_DEAD_REASON,
+    H_GATEWAY,
+    H_KIND,
+    H_PACK,
+    H_PARTITION,
+    H_PROJECT,
+    H_RECEIVED_AT,
+    H_SEQUENCE,
+)
 from core.messages import Envelope, MessageKind, is_valid_project_id
 from core.packing import PackError, decode_pack, encode_pack, pack_id
 
@@ -56,18 +67,9 @@ __all__ = [
 ]
 
 H_MSG_ID = "Shoal-Msg-Id"
-H_PROJECT = "Shoal-Project"
-H_PARTITION = "Shoal-Partition"
-H_GATEWAY = "Shoal-Gateway"
-H_SEQUENCE = "Shoal-Sequence"
-H_RECEIVED_AT = "Shoal-Received-At"
-H_KIND = "Shoal-Kind"
-H_DEAD_REASON = "Shoal-Dead-Reason"
-H_DEAD_ATTEMPTS = "Shoal-Dead-Attempts"
 H_SOURCE = "Shoal-Source"
 H_REPLAY = "Shoal-Replay"
 H_SETTLES = "Shoal-Dead-Settles"
-H_PACK = "Shoal-Pack"
 
 Headers = list[tuple[str, bytes]]
 

@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError, NewTopic, for_code
 from adapters.kafka._coord_aiokafka import ConfigResource, ConfigResourceType
-from adapters.kafka._login import check_login
+from adapters.kafka._login import check_login, reaching
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
 
@@ -132,7 +132,7 @@ class KafkaCoordinationAdapter(Lifecycle):
     async def _connect(self) -> None:
         s = self.settings
         try:
-            with anyio.fail_after(s.connect_timeout):
+            with reaching(s, "Kafka coordination", StoreUnavailableError):
                 await check_login(s)
                 self._admin = AIOKafkaAdminClient(
                     client_id=f"{s.client_id}-coord-admin", **s.client_options()
@@ -143,11 +143,6 @@ class KafkaCoordinationAdapter(Lifecycle):
                 await self._open()
         except PermissionError as exc:
             raise StoreUnavailableError(str(exc)) from exc
-        except (TimeoutError, KafkaError, OSError) as exc:
-            raise StoreUnavailableError(
-                f"Kafka coordination at {s.bootstrap}: not ready within "
-                f"{s.connect_timeout:g} s: {exc!r}"
-            ) from exc
 
     async def _wind_down(self) -> None:
         with anyio.move_on_after(self.settings.close_timeout):

@@ -37,7 +37,7 @@ from adapters.kafka._codec import (
     decode,
     envelope_headers,
 )
-from adapters.kafka._login import check_login
+from adapters.kafka._login import check_login, reaching
 from adapters.kafka._settings import KafkaSettings
 from core.dead_letters import DeadLetter, pick, reason_of
 from core.errors import BrokerUnavailableError, PublishError
@@ -59,25 +59,20 @@ class KafkaDeadLetterQueue(Lifecycle):
     async def _connect(self) -> None:
         s = self.settings
         common = s.client_options()
-        try:
-            with anyio.fail_after(s.connect_timeout):
-                await check_login(s)
-                self._producer = AIOKafkaProducer(
-                    client_id=f"{s.client_id}-dlq", acks="all", enable_idempotence=True, **common
-                )
-                await self._producer.start()
-                self._reader = AIOKafkaConsumer(
-                    client_id=f"{s.client_id}-dlq-reader",
-                    group_id=None,
-                    enable_auto_commit=False,
-                    auto_offset_reset="earliest",
-                    **common,
-                )
-                await self._reader.start()
-        except (TimeoutError, KafkaError) as exc:
-            raise BrokerUnavailableError(
-                f"Kafka at {s.bootstrap} not ready within {s.connect_timeout} s: {exc!r}"
-            ) from None
+        with reaching(s, "Kafka", BrokerUnavailableError):
+            await check_login(s)
+            self._producer = AIOKafkaProducer(
+                client_id=f"{s.client_id}-dlq", acks="all", enable_idempotence=True, **common
+            )
+            await self._producer.start()
+            self._reader = AIOKafkaConsumer(
+                client_id=f"{s.client_id}-dlq-reader",
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                **common,
+            )
+            await self._reader.start()
 
     async def _disconnect(self) -> None:
         for name, client in (("dead-letter reader", self._reader), ("producer", self._producer)):

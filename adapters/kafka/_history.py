@@ -22,7 +22,7 @@ import anyio
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._aiokafka import AIOKafkaConsumer, KafkaError, TopicPartition, stop_quietly
 from adapters.kafka._codec import decode_all
-from adapters.kafka._login import check_login
+from adapters.kafka._login import check_login, reaching
 from adapters.kafka._settings import KafkaSettings
 from core.errors import BrokerUnavailableError
 from core.model import Partition
@@ -44,22 +44,17 @@ class KafkaHistory(Lifecycle):
 
     async def _connect(self) -> None:
         s = self.settings
-        try:
-            with anyio.fail_after(s.connect_timeout):
-                await check_login(s)
-                self._reader = AIOKafkaConsumer(
-                    client_id=f"{s.client_id}-replay",
-                    group_id=None,
-                    enable_auto_commit=False,
-                    fetch_max_bytes=s.fetch_max_bytes,
-                    max_partition_fetch_bytes=s.fetch_max_bytes,
-                    **s.client_options(),
-                )
-                await self._reader.start()
-        except (TimeoutError, KafkaError) as exc:
-            raise BrokerUnavailableError(
-                f"Kafka at {s.bootstrap} not ready within {s.connect_timeout} s: {exc!r}"
-            ) from None
+        with reaching(s, "Kafka", BrokerUnavailableError):
+            await check_login(s)
+            self._reader = AIOKafkaConsumer(
+                client_id=f"{s.client_id}-replay",
+                group_id=None,
+                enable_auto_commit=False,
+                fetch_max_bytes=s.fetch_max_bytes,
+                max_partition_fetch_bytes=s.fetch_max_bytes,
+                **s.client_options(),
+            )
+            await self._reader.start()
 
     async def _disconnect(self) -> None:
         reader, self._reader = self._reader, None

@@ -22,9 +22,9 @@ import anyio
 
 from adapters._idempotency_book import AnswerBook
 from adapters._lifecycle import Lifecycle
-from adapters.kafka._aiokafka import AIOKafkaAdminClient, KafkaError, NewTopic, for_code
+from adapters.kafka._aiokafka import AIOKafkaAdminClient, NewTopic, for_code
 from adapters.kafka._coord_tail import Appender, TopicTail
-from adapters.kafka._login import check_login
+from adapters.kafka._login import check_login, reaching
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
 from core.idempotency import IdempotentAnswer, decode_answer, encode_answer, scope
@@ -64,18 +64,13 @@ class KafkaIdempotencyStore(Lifecycle):
         self.book.put(answer, self._clock())
 
     async def _connect(self) -> None:
-        s = self.settings
-        try:
-            with anyio.fail_after(s.connect_timeout):
-                await self._ensure_topic()
-                await self._out.start()
-                await self._in.start(self._tasks)
-                await self._in.sync()
-        except (TimeoutError, KafkaError, OSError) as exc:
-            raise StoreUnavailableError(
-                f"Kafka at {s.bootstrap}: idempotency topic {self.topic} not ready within "
-                f"{s.connect_timeout:g} s: {exc!r}"
-            ) from exc
+        with reaching(
+            self.settings, f"Kafka idempotency topic {self.topic}", StoreUnavailableError
+        ):
+            await self._ensure_topic()
+            await self._out.start()
+            await self._in.start(self._tasks)
+            await self._in.sync()
 
     async def _ensure_topic(self) -> None:
         s = self.settings

@@ -1,4 +1,5 @@
-"""Telling a refused login from an unreachable broker.
+"""Reaching the brokers: a client's start bounded by the connect timeout, and a refused
+login told from an unreachable broker.
 
 aiokafka reports both as ``KafkaConnectionError("Unable to bootstrap from ...")`` (the
 reason only goes to its log). With SASL or TLS on, ``check_login`` opens one connection
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 
@@ -22,8 +25,9 @@ from adapters.kafka._aiokafka import (
     create_conn,
 )
 from adapters.kafka._settings import KafkaSettings
+from core.errors import ShoalError
 
-__all__ = ["check_login"]
+__all__ = ["check_login", "reaching"]
 
 log = logging.getLogger("shoal.adapters.kafka")
 
@@ -62,3 +66,19 @@ async def check_login(s: KafkaSettings) -> None:
             continue
         conn.close(reason="login checked")
         return
+
+
+@contextmanager
+def reaching(s: KafkaSettings, what: str, unavailable: type[ShoalError]) -> Iterator[None]:
+    """Run the block (starting ``what``'s clients) within ``s.connect_timeout``; a broker
+    that does not answer in time or fails the start is ``unavailable``, naming ``what`` and
+    the servers. A refused login (``check_login``'s ``PermissionError``) passes as it is."""
+    try:
+        with anyio.fail_after(s.connect_timeout):
+            yield
+    except PermissionError:
+        raise
+    except (TimeoutError, KafkaError, OSError) as exc:
+        raise unavailable(
+            f"{what} at {s.bootstrap}: not ready within {s.connect_timeout:g} s: {exc!r}"
+        ) from exc

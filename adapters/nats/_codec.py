@@ -27,14 +27,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from urllib.parse import quote, unquote
 
+from adapters import _headers as shoal
 from adapters.nats._subjects import ParsedSubject, Subjects
 from core.messages import Envelope, MessageKind, is_valid_project_id
 from core.model import Partition
 from core.packing import PackError, decode_pack, encode_pack, pack_id
 
 __all__ = [
-    "H_DEAD_ATTEMPTS",
-    "H_DEAD_REASON",
     "H_MSG_ID",
     "decode",
     "decode_all",
@@ -49,18 +48,8 @@ log = logging.getLogger("shoal.adapters.nats")
 H_MSG_ID = "Nats-Msg-Id"
 H_REPLAYED_ID = "Shoal-Msg-Id"
 H_ENVELOPE = "Shoal-Envelope"
-H_PACK = "Shoal-Pack"
 _ENVELOPE_VERSION = "v1"
 _KINDS = {kind.value: kind for kind in MessageKind}
-# The per-field headers of earlier versions (still decoded).
-H_PROJECT = "Shoal-Project"
-H_PARTITION = "Shoal-Partition"
-H_GATEWAY = "Shoal-Gateway"
-H_SEQUENCE = "Shoal-Sequence"
-H_RECEIVED_AT = "Shoal-Received-At"
-H_KIND = "Shoal-Kind"
-H_DEAD_REASON = "Shoal-Dead-Reason"
-H_DEAD_ATTEMPTS = "Shoal-Dead-Attempts"
 
 
 def encode(envelope: Envelope, subjects: Subjects) -> tuple[str, dict[str, str]]:
@@ -86,7 +75,11 @@ def encode_packed(
         return subject, headers, parts[0].payload
     if not all(part.message_id for part in parts):
         raise ValueError("message_id is empty")
-    return subject, {H_MSG_ID: quote(pack_id(parts), safe=""), H_PACK: "1"}, encode_pack(parts)
+    return (
+        subject,
+        {H_MSG_ID: quote(pack_id(parts), safe=""), shoal.H_PACK: "1"},
+        encode_pack(parts),
+    )
 
 
 def envelope_headers(envelope: Envelope) -> dict[str, str]:
@@ -123,7 +116,7 @@ def decode_all(
 ) -> list[Envelope]:
     """The envelopes of a stored message: a pack's parts, else the one ``decode`` reads.
     Never raises: a broken pack is one foreign message (which the handler dead-letters)."""
-    if headers and H_PACK in headers:
+    if headers and shoal.H_PACK in headers:
         try:
             return decode_pack(payload)
         except PackError as exc:
@@ -157,20 +150,20 @@ def decode(
     try:
         return Envelope(
             message_id=unquote(h[H_MSG_ID]),
-            project_id=h[H_PROJECT],
-            partition=int(h[H_PARTITION]),
-            gateway_id=unquote(h[H_GATEWAY]),
-            sequence=int(h[H_SEQUENCE]),
-            received_at=float(h[H_RECEIVED_AT]),
+            project_id=h[shoal.H_PROJECT],
+            partition=int(h[shoal.H_PARTITION]),
+            gateway_id=unquote(h[shoal.H_GATEWAY]),
+            sequence=int(h[shoal.H_SEQUENCE]),
+            received_at=float(h[shoal.H_RECEIVED_AT]),
             payload=payload,
-            kind=MessageKind(h[H_KIND]),
+            kind=MessageKind(h[shoal.H_KIND]),
         )
     except (KeyError, ValueError):
         pass
     partition: Partition = parsed.partition if parsed else -1
     return Envelope(
         message_id=unquote(h[H_MSG_ID]) if H_MSG_ID in h else fallback_id,
-        project_id=(parsed.project_id if parsed else None) or h.get(H_PROJECT, ""),
+        project_id=(parsed.project_id if parsed else None) or h.get(shoal.H_PROJECT, ""),
         partition=partition,
         gateway_id="",
         sequence=0,

@@ -26,8 +26,9 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason
+from adapters._headers import H_DEAD_ATTEMPTS, H_DEAD_REASON
 from adapters._nats_settings import NatsSettings
-from adapters.nats._codec import H_DEAD_ATTEMPTS, H_DEAD_REASON, headers_deduplicated_as
+from adapters.nats._codec import headers_deduplicated_as
 from adapters.nats._subjects import Subjects
 from core.messages import Envelope
 

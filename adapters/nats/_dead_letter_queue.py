@@ -18,12 +18,8 @@ import nats.errors
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from adapters.nats._codec import (
-    H_DEAD_ATTEMPTS,
-    H_DEAD_REASON,
-    decode,
-    headers_deduplicated_as,
-)
+from adapters._headers import H_DEAD_ATTEMPTS, H_DEAD_REASON
+from adapters.nats._codec import decode, headers_deduplicated_as
 from adapters.nats._tool_client import NatsToolClient
 from core.dead_letters import DeadLetter, pick, reason_of
 from core.errors import BrokerUnavailableError, PublishError
