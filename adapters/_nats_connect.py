@@ -27,7 +27,7 @@ from adapters._nats_settings import NatsSettings
 from core.errors import IncompatibleServerError
 from core.server_floors import Feature, refusal
 
-__all__ = ["connect", "connect_options", "describe"]
+__all__ = ["close_client", "connect", "connect_options", "describe"]
 
 log = logging.getLogger("shoal.adapters.nats")
 
@@ -164,8 +164,19 @@ def _version_of(client: Client) -> str:
 
 
 async def _abandon(client: Client) -> None:
-    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+    with anyio.CancelScope(shield=True):
+        await close_client(client, 1.0)
+
+
+async def close_client(client: Client, timeout: float) -> None:  # noqa: ASYNC109 (the caller's bound)
+    """``client.close()`` within ``timeout``. A close cut short (a server that stopped
+    reading, a reconnect in progress) or failing still closes the socket: nats-py closes it
+    last, so a close cancelled before that would leave the connection open."""
+    with anyio.move_on_after(timeout):
         try:
             await client.close()
         except Exception as exc:  # a half-open client: nothing more to do
-            log.debug("closing a failed NATS connection: %r", exc)
+            log.debug("closing a NATS connection: %r", exc)
+    transport = client._transport  # nats-py gives no public handle on its socket
+    if transport is not None:
+        transport.close()  # type: ignore[no-untyped-call]

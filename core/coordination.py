@@ -50,6 +50,7 @@ __all__ = [
     "Leader",
     "Registration",
     "registration",
+    "replaced_version",
     "supersedes",
     "unseen",
 ]
@@ -269,6 +270,16 @@ class Registration:
 
     added: frozenset[str] = frozenset()
     refused: frozenset[str] = frozenset()
+
+
+def replaced_version(partition: Partition, replacing: Hold | None) -> int | None:
+    """The hold version a claim of ``partition`` replaces (None: the partition is free);
+    ``ValueError`` for a hold on another partition (every hold store checks the same)."""
+    if replacing is None:
+        return None
+    if replacing.partition != partition:
+        raise ValueError(f"cannot claim partition {partition} replacing a hold on {replacing}")
+    return replacing.version
 
 
 def registration_ids(project_ids: Iterable[str], *, ttl: float, cap: int) -> list[str]:

@@ -47,6 +47,7 @@ from core.coordination import (
     Registration,
     registration,
     registration_ids,
+    replaced_version,
     supersedes,
 )
 from core.errors import FencedError, RevisionConflictError
@@ -209,18 +210,14 @@ class StoreHoldStore(StoreAdapter):
     async def claim(
         self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
     ) -> bool:
+        replaced = replaced_version(partition, replacing)
         key = hold_key(partition)
         current = await self.store.get(key)
         state = CoordinationState(
             holds={} if current is None else {partition: _hold(partition, current)}
         )
-        applied = state.claim(
-            partition,
-            member_id,
-            generation,
-            replacing=None if replacing is None else replacing.version,
-            version=0,  # the store's revision, once written
-        )
+        # version 0: the store's revision, once written
+        applied = state.claim(partition, member_id, generation, replacing=replaced, version=0)
         if not applied.accepted:
             return False
         try:

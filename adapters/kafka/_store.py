@@ -26,6 +26,7 @@ from core.coordination import (
     Registration,
     registration,
     registration_ids,
+    replaced_version,
     unseen,
 )
 from core.errors import FencedError, StoreUnavailableError
@@ -132,14 +133,9 @@ class KafkaHoldStore(KafkaLogAdapter):
     async def claim(
         self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
     ) -> bool:
-        if replacing is not None and replacing.partition != partition:
-            raise ValueError(f"cannot claim partition {partition} replacing a hold on {replacing}")
+        replaced = replaced_version(partition, replacing)
         outcome = await self.log.request(
-            "claim",
-            p=partition,
-            member=member_id,
-            generation=generation,
-            replacing=None if replacing is None else replacing.version,
+            "claim", p=partition, member=member_id, generation=generation, replacing=replaced
         )
         return outcome.accepted
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from adapters.memory._base import MemoryAdapter
-from core.coordination import Hold, Leader, Registration, registration, unseen
+from core.coordination import Hold, Leader, Registration, registration, replaced_version, unseen
 from core.errors import FencedError
 from core.model import Assignment, MemberId, Partition
 
@@ -58,15 +58,15 @@ class InMemoryHoldStore(MemoryAdapter):
     async def claim(
         self, partition: Partition, member_id: MemberId, generation: int, replacing: Hold | None
     ) -> bool:
-        if replacing is not None and replacing.partition != partition:
-            raise ValueError(f"cannot claim partition {partition} replacing a hold on {replacing}")
+        replaced = replaced_version(partition, replacing)
         await self._step("claim")
+        model = self.state.model
         return self.state.apply(
-            self.state.model.claim(
+            model.claim(
                 partition,
                 member_id,
                 generation,
-                replacing=None if replacing is None else replacing.version,
+                replacing=replaced,
                 version=self.state.revision + 1,
             )
         )

@@ -24,7 +24,7 @@ from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from adapters._lifecycle import Lifecycle
-from adapters._nats_connect import connect, describe
+from adapters._nats_connect import close_client, connect, describe
 from adapters._nats_settings import NatsSettings
 from core.errors import StoreUnavailableError
 from core.idempotency import (
@@ -114,8 +114,7 @@ class NatsIdempotencyStore(Lifecycle):
         nc, self._nc, self._kv = self._nc, None, None
         if nc is None or nc.is_closed:
             return
-        with anyio.move_on_after(self.settings.close_timeout):
-            await nc.close()
+        await close_client(nc, self.settings.close_timeout)
 
     @staticmethod
     async def _on_error(exc: Exception) -> None:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import logging
 
-import anyio
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from adapters._lifecycle import Lifecycle
-from adapters._nats_connect import connect, describe
+from adapters._nats_connect import close_client, connect, describe
 from adapters._nats_settings import NatsSettings
 from adapters.nats._subjects import Subjects
 from core.errors import BrokerUnavailableError
@@ -62,8 +61,7 @@ class NatsToolClient(Lifecycle):
     async def _disconnect(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None and not nc.is_closed:
-            with anyio.move_on_after(self.settings.close_timeout):
-                await nc.close()
+            await close_client(nc, self.settings.close_timeout)
 
     def _client(self) -> Client:
         if self._nc is None:

@@ -19,7 +19,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
-from adapters._nats_connect import connect, describe
+from adapters._nats_connect import close_client, connect, describe
 from adapters._nats_durability import check_server_fsync, check_stream
 from adapters._nats_settings import NatsSettings
 from adapters.nats._codec import encode_packed
@@ -147,8 +147,7 @@ class NatsTransport(Lifecycle):
                     await nc.flush(timeout=max(1, round(self.settings.close_timeout)))
             except (nats.errors.Error, TimeoutError) as exc:
                 log.debug("NATS flush before close: %r", exc)
-        with anyio.move_on_after(1.0):
-            await nc.close()
+        await close_client(nc, 1.0)
 
     @property
     def connected(self) -> bool:

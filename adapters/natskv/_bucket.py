@@ -43,7 +43,7 @@ from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
-from adapters._nats_connect import connect, describe
+from adapters._nats_connect import close_client, connect, describe
 from adapters._nats_durability import check_server_fsync, check_stream
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import StoreUnavailableError
@@ -188,8 +188,7 @@ class Bucket:
         nc, self._nc, self._js, self._kv = self._nc, None, None, None
         if nc is None or nc.is_closed:
             return
-        with anyio.move_on_after(self.settings.close_timeout):
-            await nc.close()
+        await close_client(nc, self.settings.close_timeout)
 
     async def _on_error(self, exc: Exception) -> None:
         _log.debug("NATS (coordination %s): %r", self.name, exc)
