@@ -72,11 +72,12 @@ async def check_login(s: KafkaSettings) -> None:
 def reaching(s: KafkaSettings, what: str, unavailable: type[ShoalError]) -> Iterator[None]:
     """Run the block (starting ``what``'s clients) within ``s.connect_timeout``; a broker
     that does not answer in time or fails the start is ``unavailable``, naming ``what`` and
-    the servers. A refused login (``check_login``'s ``PermissionError``) passes as it is."""
+    the servers. A refused login (``check_login``'s ``PermissionError``) and shoal's own
+    errors (some are ``TimeoutError``s) pass as they are."""
     try:
         with anyio.fail_after(s.connect_timeout):
             yield
-    except PermissionError:
+    except (PermissionError, ShoalError):
         raise
     except (TimeoutError, KafkaError, OSError) as exc:
         raise unavailable(

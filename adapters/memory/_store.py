@@ -60,9 +60,8 @@ class InMemoryHoldStore(MemoryAdapter):
     ) -> bool:
         replaced = replaced_version(partition, replacing)
         await self._step("claim")
-        model = self.state.model
         return self.state.apply(
-            model.claim(
+            self.state.model.claim(
                 partition,
                 member_id,
                 generation,

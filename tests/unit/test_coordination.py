@@ -18,6 +18,7 @@ from core.coordination import (
     admit_registrations,
     registration,
     registration_ids,
+    replaced_version,
     supersedes,
 )
 from core.handoff import ClaimAction, decide_claim
@@ -278,3 +279,22 @@ def test_a_register_call_with_a_bad_ttl_or_cap_is_refused_before_anything() -> N
     for ttl, cap in ((0.0, 1), (-1.0, 1), (1.0, -1)):
         with pytest.raises(ValueError, match="ttl must be positive"):
             registration_ids(["p"], ttl=ttl, cap=cap)
+
+
+@given(
+    st.integers(0, 255),
+    st.one_of(
+        st.none(),
+        st.builds(Hold, st.integers(0, 255), st.just("m"), st.integers(0, 9), st.integers(0, 99)),
+    ),
+)
+def test_a_claim_replaces_the_version_of_a_hold_on_its_own_partition_only(
+    partition: int, replacing: Hold | None
+) -> None:
+    if replacing is not None and replacing.partition != partition:
+        with pytest.raises(ValueError, match="replacing a hold on"):
+            replaced_version(partition, replacing)
+    else:
+        assert replaced_version(partition, replacing) == (
+            None if replacing is None else replacing.version
+        )
