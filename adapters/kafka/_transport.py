@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import anyio.lowlevel
 
+from adapters._batched import Batched
 from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from adapters.kafka._admin import committed, ensure_topics
@@ -50,8 +51,10 @@ T = TypeVar("T")
 # (a plain OffsetCommit: 11 ms), measured on the local broker.
 _COMMIT_RETRY_BACKOFF = 0.01
 # The oldest unacked record's timestamp is all a peek needs: the broker still returns a
-# whole first batch when it is larger, but no more than that.
+# whole first batch when it is larger, but no more than that; a fetch serves up to 16
+# partitions' peeks.
 _PEEK_FETCH_BYTES = 64 * 1024
+_PEEK_FETCH_PARTITIONS = 16
 
 
 def kafka_partitioner(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
@@ -100,8 +103,14 @@ class KafkaTransport(Lifecycle):
         self._log_id = ""  # the cluster id and topic, once started
         self._producer: Any = None
         self._probe: Any = None  # a group-less consumer for end/beginning offsets
-        self._peek: Any = None  # a group-less consumer that reads one record's timestamp
+        self._peek: Any = None  # a group-less consumer that reads records' timestamps
         self._peek_lock = anyio.Lock()
+        # Concurrent per-partition reads (a new leader's backlog of every partition, a
+        # handler opening its partitions) share one request per gathering.
+        self._end_offsets = Batched(self._read_end_offsets)
+        self._start_offsets = Batched(self._read_start_offsets)
+        self._commits = Batched(self._read_commits)
+        self._timestamps = Batched(self._read_timestamps)
         self._dead: DeadLetters | None = None
         self._subscriptions: set[KafkaSubscription] = set()
         self._readers = Readers(self._new_reader, settings.close_timeout)
@@ -151,7 +160,7 @@ class KafkaTransport(Lifecycle):
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=_PEEK_FETCH_BYTES,
-            fetch_max_bytes=_PEEK_FETCH_BYTES,
+            fetch_max_bytes=_PEEK_FETCH_BYTES * _PEEK_FETCH_PARTITIONS,
             **common,
         )
         await self._peek.start()
@@ -340,7 +349,9 @@ class KafkaTransport(Lifecycle):
         Broker errors and an unanswered broker raise ``BrokerUnavailableError``."""
         try:
             end, settlements = await self._unsettled(partition)
-        except KafkaError as exc:
+        except BrokerUnavailableError:
+            raise
+        except (KafkaError, TimeoutError) as exc:
             raise BrokerUnavailableError(
                 f"Kafka: backlog of partition {partition}: {exc!r}"
             ) from exc
@@ -349,14 +360,16 @@ class KafkaTransport(Lifecycle):
 
     async def oldest_unacked(self, partition: Partition) -> float | None:
         """The timestamp of the record at the committed offset (the lowest one not settled:
-        see ``Settlements``), read by a group-less consumer that fetches that one offset;
+        see ``Settlements``), read by a group-less consumer that fetches from that offset;
         None when it is the log end. Broker errors and an unanswered broker raise
         ``BrokerUnavailableError``."""
         try:
             end, settlements = await self._unsettled(partition)
             if settlements.base >= end:
                 return None
-            return await self._timestamp_at(partition, settlements.base)
+            return await self._timestamps.get((partition, settlements.base))
+        except BrokerUnavailableError:
+            raise
         except (KafkaError, TimeoutError) as exc:
             raise BrokerUnavailableError(
                 f"Kafka: oldest unacked message of partition {partition}: {exc!r}"
@@ -364,12 +377,8 @@ class KafkaTransport(Lifecycle):
 
     async def _unsettled(self, partition: Partition) -> tuple[int, Settlements]:
         """The partition's end offset and its settlements as last committed."""
-        s = self.settings
-        probe = self._started(self._probe)
         self._check_partition(partition)
-        tp = TopicPartition(s.topic, partition)
-        with anyio.fail_after(s.request_timeout):
-            end = int((await probe.end_offsets([tp]))[tp])
+        end = await self._end_offsets.get(partition)
         base, metadata = await self._committed(partition, check_start=False)
         # A commit is a transaction: the group shows it once its markers are written, a
         # moment after the commit returned. This process's own subscription knows sooner.
@@ -379,26 +388,46 @@ class KafkaTransport(Lifecycle):
                 base, metadata = confirmed
         return end, Settlements.restore(base, metadata)
 
-    async def _timestamp_at(self, partition: Partition, offset: int) -> float:
-        """The timestamp of the record at ``offset`` (of the earliest one stored when
-        retention removed it). One peek at a time: the peek consumer is assigned the
-        one partition, and left unassigned so it prefetches nothing between peeks."""
+    async def _read_timestamps(
+        self, wanted: Sequence[tuple[Partition, int]]
+    ) -> dict[tuple[Partition, int], float]:
+        """(partition, offset) -> the timestamp of the record at that offset (of the
+        earliest one stored when retention removed it); left out when the broker did not
+        return it within the request timeout. Several partitions at a time: the peek
+        consumer is assigned them, and left unassigned so it prefetches nothing between
+        peeks. A partition asked at two offsets (a commit landed between two reads) is
+        peeked again."""
+        found: dict[tuple[Partition, int], float] = {}
+        left = list(wanted)
+        async with self._peek_lock:
+            while left:
+                offsets: dict[Partition, int] = {}
+                for key in left:
+                    offsets.setdefault(key[0], key[1])
+                found |= await self._peek_at(offsets)
+                left = [key for key in left if offsets[key[0]] != key[1]]
+        return found
+
+    async def _peek_at(self, offsets: dict[Partition, int]) -> dict[tuple[Partition, int], float]:
         s = self.settings
         peek = self._started(self._peek)
-        tp = TopicPartition(s.topic, partition)
-        async with self._peek_lock:
-            try:
-                peek.assign([tp])
-                peek.seek(tp, offset)
-                with anyio.fail_after(s.request_timeout):
-                    got: dict[Any, list[Any]] = {}
-                    while not got.get(tp):
-                        got = await peek.getmany(
-                            tp, timeout_ms=s.ms(s.request_timeout), max_records=1
-                        )
-            finally:
-                peek.unsubscribe()
-        return int(got[tp][0].timestamp) / 1000.0
+        tps = {TopicPartition(s.topic, p): p for p in offsets}
+        found: dict[tuple[Partition, int], float] = {}
+        try:
+            peek.assign(list(tps))
+            for tp, partition in tps.items():
+                peek.seek(tp, offsets[partition])
+            with anyio.move_on_after(s.request_timeout):
+                while len(found) < len(tps):
+                    got = await peek.getmany(timeout_ms=s.ms(s.request_timeout))
+                    for tp, records in got.items():
+                        if records:
+                            key = (tps[tp], offsets[tps[tp]])
+                            found.setdefault(key, int(records[0].timestamp) / 1000.0)
+                            peek.pause(tp)  # the next fetches ask for the others only
+        finally:
+            peek.unsubscribe()
+        return found
 
     async def reply_registration(self, partition: Partition, project_id: str, by: str) -> None:
         """Send ``{"project", "partition", "handler"}`` to the registration topic (key: the
@@ -429,37 +458,24 @@ class KafkaTransport(Lifecycle):
         claims, and starting there would skip them without a trace, so everything still
         stored is read again (the landed table settles a reused offset only for the message
         its row holds: ``core.table``)."""
-        s = self.settings
-        admin, probe = self._started(self._admin), self._started(self._probe)
-        got = await committed(
-            admin,
-            s.offsets_group_id,
-            s.topic,
-            [partition],
-            within=s.request_timeout,
-            backoff=s.retry_backoff,
-            coordinators=self._coordinators,
-        )
-        tp = TopicPartition(s.topic, partition)
-        if partition in got:
-            with anyio.fail_after(s.request_timeout):
-                end = int((await probe.end_offsets([tp]))[tp])
-            if got[partition][0] > end:
+        got = await self._commits.get(partition)
+        if got is not None:
+            end = await self._end_offsets.get(partition)  # read after the commit: no race
+            if got[0] > end:
                 log.error(
                     "partition %d: committed offset %d is above the log end %d (the topic "
                     "was recreated, or the log lost its tail): reading the partition from "
                     "its start again, so no record stored under a reused offset is skipped",
                     partition,
-                    got[partition][0],
+                    got[0],
                     end,
                 )
-                del got[partition]
-        if partition in got and not check_start:
-            return got[partition]
-        with anyio.fail_after(s.request_timeout):
-            start = int((await probe.beginning_offsets([tp]))[tp])
-        if partition in got:
-            offset, metadata = got[partition]
+                got = None
+        if got is not None and not check_start:
+            return got
+        start = await self._start_offsets.get(partition)
+        if got is not None:
+            offset, metadata = got
             if offset >= start:
                 return offset, metadata
             log.warning(
@@ -471,6 +487,35 @@ class KafkaTransport(Lifecycle):
                 start,
             )
         return start, ""
+
+    async def _read_commits(
+        self, partitions: Sequence[Partition]
+    ) -> dict[Partition, tuple[int, str] | None]:
+        s = self.settings
+        got = await committed(
+            self._started(self._admin),
+            s.offsets_group_id,
+            s.topic,
+            list(partitions),
+            within=s.request_timeout,
+            backoff=s.retry_backoff,
+            coordinators=self._coordinators,
+        )
+        return {p: got.get(p) for p in partitions}
+
+    async def _read_end_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
+        probe = self._started(self._probe)
+        return await self._offsets(probe.end_offsets, partitions)
+
+    async def _read_start_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
+        probe = self._started(self._probe)
+        return await self._offsets(probe.beginning_offsets, partitions)
+
+    async def _offsets(self, read: Any, partitions: Sequence[Partition]) -> dict[Partition, int]:
+        tps = [TopicPartition(self.settings.topic, p) for p in partitions]
+        with anyio.fail_after(self.settings.request_timeout):
+            got = await read(tps)
+        return {tp.partition: int(offset) for tp, offset in got.items()}
 
     def _check_partition(self, partition: Partition) -> None:
         if not 0 <= partition < self.settings.partitions:

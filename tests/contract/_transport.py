@@ -640,6 +640,32 @@ class TransportContract:
         assert await transport.backlog(9) == 0
         assert await transport.oldest_unacked(10) is not None  # its own partition only
 
+    async def test_backlog_reads_of_many_partitions_at_once_answer_each_its_own(
+        self, transport: ClosableTransport
+    ) -> None:
+        """A new leader reads every partition's backlog at once (an adapter may serve
+        concurrent reads with one request): each read still answers for its partition."""
+        partitions = range(1, 9)
+        for p in partitions:  # p - 1 messages; partition 1 stays empty
+            await publish_each(transport, [envelope(p, "a", i) for i in range(1, p)])
+        sub = await transport.open(4, "h1")
+        await sub.ack((await fetch_n(sub, 3))[:1])
+        one_by_one = [
+            (await transport.backlog(p), await transport.oldest_unacked(p)) for p in partitions
+        ]
+        at_once: dict[int, tuple[int, float | None]] = {}
+
+        async def read(p: int) -> None:
+            at_once[p] = (await transport.backlog(p), await transport.oldest_unacked(p))
+
+        async with anyio.create_task_group() as tg:
+            for p in partitions:
+                tg.start_soon(read, p)
+        assert [at_once[p] for p in partitions] == one_by_one
+        assert [lag for lag, _ in one_by_one] == [0, 1, 2, 2, 4, 5, 6, 7]
+        assert [at is None for _, at in one_by_one] == [True] + [False] * 7
+        await sub.close()
+
     # -- durability ----------------------------------------------------------------------
 
     async def test_messages_survive_when_the_server_is_killed_and_restarted(
