@@ -29,7 +29,7 @@ from deltalake.transaction import (
 
 from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import LANDED_SCHEMA
-from adapters.delta._layout import COMMIT_ATTEMPTS, CONFLICT, PARTITION_COLUMN
+from adapters.delta._layout import COMMIT_ATTEMPTS, CONFLICT, LOG_FOLDER, PARTITION_COLUMN
 from adapters.delta._settings import TableSettings
 from core.errors import CommitConflictError
 from core.table import LandedFile, LogKey, transaction_app_id
@@ -86,9 +86,9 @@ class DeltaLandedTable(Lifecycle):
 
     Tokens are read from the commits' own record of them: each commit also writes the
     tokens it sets into its commit info (``_TOKENS``), and ``refresh`` reads the commit
-    infos since the previous snapshot (``history``, one small read per commit) to keep a
-    cache. delta-rs's ``transaction_version`` replays the log since its last checkpoint on
-    every call, a cost per log and per commit since the checkpoint (150 ms for 128 logs
+    infos since the previous snapshot (one small read per commit file) to keep a cache.
+    delta-rs's ``transaction_version`` replays the log since its last checkpoint on every
+    call, a cost per log and per commit since the checkpoint (150 ms for 128 logs
     60 commits after one); it is asked only for a log the cache does not know, and the
     cache starts over when the commits since the last snapshot cannot all be read (the log
     was cleaned in between). The fence itself is Delta's app transactions, whatever the
@@ -112,10 +112,10 @@ class DeltaLandedTable(Lifecycle):
 
         def read() -> tuple[DeltaTable, list[dict[str, Any]] | None]:
             snapshot = self._updated(held)
-            gap = snapshot.version() - (since if since is not None else snapshot.version())
-            if since is None or not 0 <= gap <= _HISTORY_LIMIT:
+            version = snapshot.version()
+            if since is None or not 0 <= version - since <= _HISTORY_LIMIT:
                 return snapshot, None
-            return snapshot, snapshot.history(limit=gap) if gap else []
+            return snapshot, self._commit_infos(range(since + 1, version + 1))
 
         try:
             snapshot, commits = await _in_thread(read)
@@ -135,6 +135,32 @@ class DeltaLandedTable(Lifecycle):
             self._tokens.update(json.loads(info.get(_TOKENS, "{}")))
         self._snapshot, self._version = snapshot, version
         return version
+
+    def _commit_infos(self, versions: range) -> list[dict[str, Any]] | None:
+        """Each version's commit info (with its ``version``), read from its own commit
+        file; None when one is gone (the log was cleaned). Not ``DeltaTable.history``:
+        delta-rs reads it from the log's newest commit but numbers it from the snapshot's
+        version, so a commit that lands between the two (another handler's) shifted every
+        number by one, the cache took another commit's tokens for this writer's own, and
+        the batch after it planned its landed rows as new (a duplicate per message)."""
+        store = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+        infos: list[dict[str, Any]] = []
+        for version in versions:
+            try:
+                with store.open_input_stream(f"{LOG_FOLDER}/{version:020d}.json") as stream:
+                    lines = stream.read().decode().splitlines()
+            except FileNotFoundError:
+                return None
+            info: dict[str, Any] = next(
+                (
+                    a["commitInfo"]
+                    for a in map(json.loads, filter(None, lines))
+                    if "commitInfo" in a
+                ),
+                {},
+            )
+            infos.append({**info, "version": version})
+        return infos
 
     def _updated(self, held: DeltaTable | None) -> DeltaTable:
         """The newest version: the held snapshot brought forward by the commits since (a

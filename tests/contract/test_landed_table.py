@@ -8,9 +8,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
+import anyio.from_thread
 import pytest
 
+from adapters.delta.table import DeltaLandedTable
 from core.errors import CommitConflictError
 from core.messages import LandedRow
 from core.table import log_key
@@ -175,6 +178,35 @@ async def test_stale_snapshots_committing_disjoint_logs_both_land(
     assert (first.table.token(K1), first.table.token(K2)) == (10, 20)
     assert await first.table.holds([f.path for f in (*one, *other)])
     assert len(zone.message_ids()) == 3
+
+
+async def test_a_commit_landing_during_a_refresh_leaves_each_writers_tokens_right(
+    zone: ZoneUnderTest, writers: tuple[LandingZone, LandingZone]
+) -> None:
+    """Another writer's commit that lands while a refresh reads the log (after it found
+    the newest version, before it read the commits up to it) must not shift which commit
+    set which token: it did, and a handler took another's token for its own, planned its
+    landed rows as new and landed each of them twice."""
+    first, second = writers
+    table = first.table
+    assert isinstance(table, DeltaLandedTable)  # the race is staged inside its refresh
+    assert await first.table.refresh() == 0
+    assert await second.table.refresh() == 0
+    await first.table.commit(await first.sink.write(rows_at(K1, [1])), {K1: 10})
+    other = await second.sink.write(rows_at(K2, [1]))
+    newest = table._updated
+
+    def overtaken(held: Any) -> Any:
+        snapshot = newest(held)
+        anyio.from_thread.run(second.table.commit, other, {K2: 20})
+        return snapshot
+
+    table._updated = overtaken  # type: ignore[method-assign]
+    assert await first.table.refresh() == 1
+    assert (first.table.token(K1), first.table.token(K2)) == (10, None)
+    table._updated = newest  # type: ignore[method-assign]
+    assert await first.table.refresh() == 2
+    assert (first.table.token(K1), first.table.token(K2)) == (10, 20)
 
 
 async def test_holds_answers_for_the_snapshot_and_all_of_the_paths(
