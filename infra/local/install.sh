@@ -118,7 +118,7 @@ install_redis() {
 install_nats() {
     nats=""
     for cand in "${SHOAL_NATS_SERVER:-}" "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/nats-server}" \
-                "$REPO/.venv/bin/nats-server" "$REPO/.tox/shoal/bin/nats-server" \
+                "$REPO/.venv/bin/nats-server" "$REPO/.tox/shared/bin/nats-server" \
                 "$(command -v nats-server 2>/dev/null || true)"; do
         if [ -n "$cand" ] && [ -x "$cand" ]; then nats="$cand"; break; fi
     done

@@ -74,6 +74,10 @@ _BASE_CONFIG = {
     "controller.listener.names": "CONTROLLER",
     "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
     "offsets.topic.num.partitions": "1",
+    # Likewise one transaction-state partition, not 50: a fresh broker created all 50 on
+    # the first transactional commit (shoal's Kafka commits are transactions), and a
+    # restarted one loaded all 50 before it answered.
+    "transaction.state.log.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
     "log.cleaner.dedupe.buffer.size": "16777216",
     "num.network.threads": "2",
