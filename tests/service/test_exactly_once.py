@@ -30,7 +30,7 @@ pytestmark = pytest.mark.anyio
 
 PARTITIONS = 8
 MESSAGES = 1_500
-KILLS = 6  # per run: then the last handlers finish the job
+KILLS = 6  # per run, half at each point: then the last handlers finish the job
 
 
 class Chaos:
@@ -43,7 +43,9 @@ class Chaos:
         self.kills: Counter[str] = Counter()
 
     async def maybe_kill(self, handler_id: str, point: str) -> None:
-        if sum(self.kills.values()) >= KILLS or self.random.random() >= 0.3:
+        # Half of the kills at each point: drawn freely, all six once fell on the first
+        # point (a CI run), and the test proved nothing about the second.
+        if self.kills[point] >= KILLS // 2 or self.random.random() >= 0.3:
             return
         self.kills[point] += 1
         self.killed.send_nowait(handler_id)
