@@ -106,6 +106,7 @@ class DeltaLandedTable(Lifecycle):
         self._snapshot: DeltaTable | None = None
         self._version: int | None = None  # the snapshot's, as far as the tokens are read
         self._tokens: dict[LogKey, int | None] = {}  # as of that version
+        self._store: pafs.FileSystem | None = None
 
     async def refresh(self) -> int:
         held, since = self._snapshot, self._version
@@ -143,7 +144,7 @@ class DeltaLandedTable(Lifecycle):
         version, so a commit that lands between the two (another handler's) shifted every
         number by one, the cache took another commit's tokens for this writer's own, and
         the batch after it planned its landed rows as new (a duplicate per message)."""
-        store = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+        store = self._files()
         infos: list[dict[str, Any]] = []
         for version in versions:
             try:
@@ -161,6 +162,12 @@ class DeltaLandedTable(Lifecycle):
             )
             infos.append({**info, "version": version})
         return infos
+
+    def _files(self) -> pafs.FileSystem:
+        """The table's folder through the table's own object store (made once)."""
+        if self._store is None:
+            self._store = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+        return self._store
 
     def _updated(self, held: DeltaTable | None) -> DeltaTable:
         """The newest version: the held snapshot brought forward by the commits since (a
@@ -194,7 +201,7 @@ class DeltaLandedTable(Lifecycle):
             # of each, a row group at a time: not DataFusion (a session that stays, 28 MB
             # in every handler) nor pyarrow.dataset (it imports pandas where installed).
             files = pa.table(snapshot.get_add_actions(flatten=True)).to_pylist()
-            store = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+            store = self._files()
             found: dict[LogKey, dict[int, set[str]]] = {key: {} for key in floors}
             for file in files:
                 if not any(_may_hold(file, *place, floor) for place, (_, floor) in wanted.items()):

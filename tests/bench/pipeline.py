@@ -489,9 +489,9 @@ class ShoalRun:
 
 
 # A fresh Kafka broker spent twice the CPU on the first shoal run it served: the same commit
-# measured broker 23.7 then 12.6 CPU s per 100k in one run (it creates its transaction-state
-# and offsets topics, 50 partitions each, and compiles those paths). NATS showed no such
-# difference. So a Kafka run's shoal figures come after a short unmeasured shoal run.
+# measured broker 23.7 then 12.6 CPU s per 100k in one run (it created its transaction-state
+# topic, then 50 partitions, now 1: infra/local/kafka.py, and compiles those paths). NATS
+# showed no such difference. So a Kafka run's shoal figures come after a short unmeasured shoal run.
 WARM_UP_MESSAGES = 10_000
 
 
