@@ -24,7 +24,13 @@ import anyio
 import pytest
 
 from tests.e2e._cluster import Cluster
-from tests.faults._faults import FAULT_STREAM_CAP, MIN_ROW_ACCEPTED, FaultRun, Row
+from tests.faults._faults import (
+    FAULT_STREAM_CAP,
+    MIN_ROW_ACCEPTED,
+    PUBLISH_DEADLINE,
+    FaultRun,
+    Row,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -44,8 +50,10 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
     fault_rows: list[str],
 ) -> None:
     coordination, transport = pair.split("+")
-    capped = {"SHOAL_NATS_MAX_BYTES": str(FAULT_STREAM_CAP)} if transport == "nats" else {}
-    cluster = make_cluster("faults", coordination, transport, settings=capped)
+    settings = {"SHOAL_GATEWAY_PUBLISH_DEADLINE": str(PUBLISH_DEADLINE)}
+    if transport == "nats":
+        settings["SHOAL_NATS_MAX_BYTES"] = str(FAULT_STREAM_CAP)
+    cluster = make_cluster("faults", coordination, transport, settings=settings)
     servers = {
         kind: request.getfixturevalue(f"{kind}_server") for kind in {coordination, transport}
     }
