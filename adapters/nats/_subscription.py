@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +25,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import NotFoundError
 
 from adapters.nats._codec import decode_all
 from adapters.nats._dead_letter import DeadLetters
@@ -205,6 +207,108 @@ class GroupFlush:
             self._confirmed = max(self._confirmed, covers)
 
 
+class _JetStreamUnavailable(Exception):
+    """A pull answered by a status that ends it and is not a timeout: no responders
+    (JetStream down), or a conflict (the consumer deleted, a leader change)."""
+
+
+PULL_EXPIRES = 5.0  # how long an idle subscription's pull request stands on the server
+_PROBE_EXPIRES = 1.0  # our bound on a no-wait request's answer (the server's is immediate)
+
+
+class _StandingPull:
+    """The pull requests of one pull subscription, sent by hand on nats-py's inbox.
+
+    One request at a time: a no-wait request for the batch takes what is stored now; once
+    one came back empty, a request for the next message stands on the server for
+    ``PULL_EXPIRES``, so an idle partition costs two requests per ``PULL_EXPIRES``, and a
+    busy one a no-wait request per fetch. Standing requests ask for one message so that
+    competing subscriptions (the shared mode) do not split a burst message by message:
+    the server rotates its waiting requests after each message it hands out, and requests
+    of many would take every other message for as long as they stand. A request ends
+    once served, at its status (404 nothing stored, 408 expired; others are errors), at
+    its time, or with the connection (a reconnect since it was sent).
+
+    Messages are taken from the inbox's queue one by one, so a wait cancelled at any point
+    leaves every message that arrived in the queue."""
+
+    def __init__(self, psub: JetStreamContext.PullSubscription, nc: Client) -> None:
+        self._nc = nc
+        self._next_subject: str = psub._nms  # nats-py keeps no public one
+        self._inbox: str = psub._deliver
+        self._sub = psub._sub
+        self._owed = 0  # messages the open request may still deliver
+        self._got = 0  # messages it delivered
+        self._standing = False  # it waits on the server (else a no-wait request)
+        self._stand_next = False  # the last no-wait request found nothing
+        self._until = 0.0  # monotonic time past which it is no longer open
+        self._reconnects = 0  # the connection's reconnect count when it was sent
+
+    def _open(self) -> bool:
+        return (
+            self._owed > 0
+            and time.monotonic() < self._until
+            and self._nc.stats["reconnects"] == self._reconnects
+        )
+
+    async def ensure(self, batch: int) -> None:
+        """Send a request unless one is open."""
+        if self._open():
+            return
+        self._standing = self._stand_next
+        if self._standing:
+            request: dict[str, object] = {"batch": 1, "expires": int(PULL_EXPIRES * 1e9)}
+            # our clock's view of its end, a little past the server's (its 408 says it first)
+            self._owed, expires = 1, PULL_EXPIRES + 1.0
+        else:
+            request = {"batch": batch, "no_wait": True}
+            self._owed, expires = batch, _PROBE_EXPIRES
+        self._got = 0
+        await self._nc.publish(self._next_subject, json.dumps(request).encode(), self._inbox)
+        self._until = time.monotonic() + expires
+        self._reconnects = self._nc.stats["reconnects"]
+
+    def ready(self, most: int) -> list[Msg]:
+        """The messages waiting in the inbox, at most ``most``, without waiting."""
+        queue = self._sub._pending_queue
+        msgs: list[Msg] = []
+        while len(msgs) < most and not queue.empty():
+            if (msg := self._taken(queue.get_nowait())) is not None:
+                msgs.append(msg)
+        return msgs
+
+    async def wait(self, most: int) -> list[Msg]:
+        """Wait for the first message, then take what else is waiting (at most ``most``);
+        [] once the open request ended without one."""
+        queue = self._sub._pending_queue
+        while self._open():
+            # asyncio.Queue.get removes an item only once it returns: cancel-safe
+            if (msg := self._taken(await queue.get())) is not None:
+                return [msg, *self.ready(most - 1)]
+        return []
+
+    def _taken(self, msg: Msg) -> Msg | None:
+        """``msg`` taken off the queue: itself if a message, None for a status (which ends
+        the open request)."""
+        self._sub._pending_size -= len(msg.data)  # as nats-py's next_msg does
+        self._sub._pending_queue.task_done()
+        status = msg.headers.get("Status") if msg.headers else None
+        if status is None:
+            self._owed -= 1
+            self._got += 1
+            self._stand_next = False
+            return msg
+        if status == "100":  # a heartbeat or flow control: the request stays open
+            return None
+        self._owed = 0
+        self._stand_next = not self._standing and not self._got
+        if status in ("404", "408"):  # nothing stored, or it expired: nothing is wrong
+            return None
+        raise _JetStreamUnavailable(
+            f"status {status} {msg.headers.get('Description', '') if msg.headers else ''}"
+        )
+
+
 class NatsSubscription:
     """A pull subscription bound to the partition's durable consumer."""
 
@@ -247,6 +351,7 @@ class NatsSubscription:
         self._closed = False
         self._surplus: collections.deque[NatsDelivery] = collections.deque()
         self._parts_per_message = 1.0  # of the last pull: how many stored messages to ask for
+        self._pulls = _StandingPull(psub, nc)
 
     async def fetch(self, max_messages: int, timeout: float) -> Sequence[Delivery]:  # noqa: ASYNC109
         """Up to ``max_messages`` deliveries, [] when none came within ``timeout`` (also
@@ -266,24 +371,34 @@ class NatsSubscription:
         return [self._surplus.popleft() for _ in range(min(max_messages, len(self._surplus)))]
 
     async def _pull(self, max_messages: int, timeout: float) -> list[NatsDelivery]:  # noqa: ASYNC109
+        """What arrived for this subscription within ``timeout``, at most the batch one pull
+        asks for (``_StandingPull``): an idle partition's request stands on the server for
+        ``PULL_EXPIRES`` whatever ``timeout`` is, so it costs the server and this process
+        one request per ``PULL_EXPIRES``, not two per fetch (nats-py's ``fetch`` sends a
+        no-wait probe and then a waiting request, each ``timeout``); a fetch cancelled or
+        timed out loses nothing: what comes later waits in the queue for the next fetch,
+        or is nak'd by ``close``."""
         timeout = max(timeout, 0.01)
-        start = anyio.current_time()
         batch = max(1, min(max_messages, math.ceil(max_messages / self._parts_per_message)))
-        try:
-            # nats-py bounds the fetch itself; the outer limit guards a lost response.
-            with anyio.fail_after(timeout + self._timeout):
-                msgs = await self._psub.fetch(batch=batch, timeout=timeout)
-        except (TimeoutError, nats.errors.TimeoutError):
-            # builtin TimeoutError (asyncio's) or nats' own (FetchTimeoutError is one)
-            return []
-        except (ServiceUnavailableError, nats.errors.NoRespondersError) as exc:
-            # JetStream not ready (a restart, a leader election), or the consumer is gone
-            # with its stream: nothing arrived; wait out the timeout so that a caller's
-            # loop does not spin.
-            log.warning("fetch on partition %d: JetStream unavailable: %r", self.partition, exc)
-            await self._check_consumer()
-            await anyio.sleep(max(0.0, start + timeout - anyio.current_time()))
-            return []
+        msgs = self._pulls.ready(batch)
+        if not msgs:
+            try:
+                with anyio.move_on_after(timeout):
+                    while not msgs:  # a no-wait request that found nothing: then one stands
+                        await self._pulls.ensure(batch)
+                        msgs = await self._pulls.wait(batch)
+            except (
+                _JetStreamUnavailable,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.OutboundBufferLimitError,
+            ) as exc:
+                # JetStream not ready (a restart, a leader election), or the consumer is
+                # gone with its stream: nothing arrived; wait out the timeout so that a
+                # caller's loop does not spin.
+                log.warning("fetch on partition %d: JetStream unavailable: %s", self.partition, exc)
+                await self._check_consumer()
+                await anyio.sleep(timeout)
+                return []
         deliveries = [d for m in msgs for d in self._deliveries(m)]
         if msgs:
             self._parts_per_message = len(deliveries) / len(msgs)

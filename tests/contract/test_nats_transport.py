@@ -411,6 +411,47 @@ async def test_drained_once_everything_up_to_the_mark_is_acked(settings: NatsSet
         await subscription.close()
 
 
+@pytest.mark.anyio
+@pytest.mark.nats
+async def test_idle_fetches_share_one_standing_pull_request(settings: NatsSettings) -> None:
+    """Twenty short fetches of an idle partition leave one pull request waiting on the
+    server (nats-py's fetch sent two per call), and it is served by the next message."""
+    async with NatsTransport(settings) as transport:
+        subscription = await transport.open(4, "h")
+        for _ in range(20):
+            assert list(await subscription.fetch(10, 0.05)) == []
+        nc = await nats.connect(settings.url)
+        try:
+            consumer = transport.subjects.consumer_name(4)
+            info = await nc.jetstream().consumer_info(settings.stream, consumer)
+            assert info.num_waiting == 1
+        finally:
+            await nc.close()
+        await transport.publish([envelope(4, sequence=1)])
+        with anyio.fail_after(10):
+            got = await fetch_n(subscription, 1)
+        await subscription.ack(got)
+        await subscription.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.nats
+async def test_a_fetch_cancelled_while_it_waits_loses_nothing(settings: NatsSettings) -> None:
+    """A fetch cancelled mid-wait (a revoked partition, a shutdown) takes nothing off the
+    inbox: what the standing request brings afterwards goes to the next fetch, at once and
+    as its first delivery (not after the ack wait, not as a redelivery)."""
+    async with NatsTransport(settings) as transport:
+        subscription = await transport.open(5, "h")
+        with anyio.move_on_after(0.3):
+            await subscription.fetch(10, 30.0)
+        await transport.publish([envelope(5, sequence=1)])
+        with anyio.fail_after(ACK_WAIT / 2):
+            got = await fetch_n(subscription, 1)
+        assert got[0].attempt == 1
+        await subscription.ack(got)
+        await subscription.close()
+
+
 async def _until(check: Callable[[], bool], within: float) -> None:
     """Poll ``check``: the connection state is nats-py's, with no event to await."""
     with anyio.fail_after(within):
