@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
 
+from adapters._batched import Batched
 from adapters._dead_letter import DeadLetterHook, log_dead_letter
 from adapters._lifecycle import Lifecycle
 from adapters._nats_connect import close_client, connect, describe
@@ -47,6 +48,14 @@ H_BATCH_COMMIT = "Nats-Batch-Commit"
 
 
 _CONSUMER_PAGE = 256  # JetStream's consumer list page
+# Consumers asked for at once from this many up are read by one list of the stream's
+# consumers (the leader reads every partition's backlog at once: 128 consumer infos were
+# 128 requests); fewer, one request each.
+_LIST_FROM = 8
+# The first message after a floor, read by backlog (its parts) and asked again by
+# oldest_unacked (its time) just after: a stored message does not change and none can be
+# stored before it, so one found this recently serves (unless purged meanwhile).
+_RECENT = 1.0
 # Fewer messages go as plain publishes, all in flight at once: the server opens a file
 # store of its own for every atomic batch (measured with pprof: 43 % of nats-server's CPU
 # when each project's first request was a batch of two, its announcement and its pack).
@@ -97,6 +106,9 @@ class NatsTransport(Lifecycle):
         self._subscriptions: set[NatsSubscription] = set()
         self._closing = False
         self._batch_slots = anyio.Semaphore(self.settings.max_inflight_batches)
+        self._infos: Batched[str, js_api.ConsumerInfo | None] = Batched(self._read_infos)
+        # subject -> (when read, the floor it was read after, the first message after it)
+        self._recent_firsts: dict[str, tuple[float, int, js_api.RawStreamMsg]] = {}
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -360,17 +372,13 @@ class NatsTransport(Lifecycle):
         """Whether every message of ``partition`` at or below ``mark`` is acked (its
         consumer's ack floor reached the mark, or nothing is pending or unacked at all),
         and how many of its messages are pending or unacked now."""
-        js = self._jetstream()
-        s = self.settings
         try:
-            info = await js.consumer_info(
-                s.stream, self.subjects.consumer_name(partition), timeout=s.request_timeout
-            )
-        except NotFoundError:  # never consumed: drained only if nothing was stored
-            stored = await self.backlog(partition)
-            return stored == 0, stored
+            info = await self._consumer_info(self.subjects.consumer_name(partition))
         except (nats.errors.Error, TimeoutError) as exc:
             raise BrokerUnavailableError(f"NATS: consumer of {partition}: {exc!r}") from exc
+        if info is None:  # never consumed: drained only if nothing was stored
+            stored = await self.backlog(partition)
+            return stored == 0, stored
         waiting = (info.num_pending or 0) + (info.num_ack_pending or 0)
         floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
         return (floor >= mark or waiting == 0), waiting
@@ -393,11 +401,8 @@ class NatsTransport(Lifecycle):
         js = self._jetstream()
         s = self.settings
         floor = 0
-        try:
-            info = await js.consumer_info(
-                s.stream, self._consumer_name(partition), timeout=s.request_timeout
-            )
-        except NotFoundError:
+        info = await self._consumer_info(self._consumer_name(partition))
+        if info is None:
             stored = 0
             for subject in self.subjects.consumer_filters(partition):
                 si = await js.stream_info(s.stream, subjects_filter=subject)
@@ -407,12 +412,8 @@ class NatsTransport(Lifecycle):
             floor = (info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
         if not stored:
             return 0
-        data = self.subjects.consumer_filters(partition)[-1]
-        try:
-            oldest = await js.get_msg(s.stream, seq=floor + 1, subject=data, next=True)
-        except NotFoundError:
-            return stored
-        return stored * parts_in(oldest.data or b"")
+        oldest = await self._first_after(self.subjects.consumer_filters(partition)[-1], floor)
+        return stored if oldest is None else stored * parts_in(oldest.data or b"")
 
     async def oldest_unacked(self, partition: Partition) -> float | None:
         """The stored time of the first message on the partition's subjects after the
@@ -427,16 +428,9 @@ class NatsTransport(Lifecycle):
             ) from exc
 
     async def _oldest_unacked(self, partition: Partition) -> float | None:
-        js = self._jetstream()
-        s = self.settings
         floor = 0
-        try:
-            info = await js.consumer_info(
-                s.stream, self.subjects.consumer_name(partition), timeout=s.request_timeout
-            )
-        except NotFoundError:
-            pass
-        else:
+        info = await self._consumer_info(self.subjects.consumer_name(partition))
+        if info is not None:
             if not (info.num_pending or 0) + (info.num_ack_pending or 0):
                 return None
             if info.ack_floor is not None:
@@ -445,9 +439,8 @@ class NatsTransport(Lifecycle):
         # the first one after it is not (that is what the floor means).
         oldest: tuple[int, float] | None = None
         for subject in self.subjects.consumer_filters(partition):
-            try:
-                msg = await js.get_msg(s.stream, seq=floor + 1, subject=subject, next=True)
-            except NotFoundError:
+            msg = await self._first_after(subject, floor, _RECENT)
+            if msg is None:
                 continue
             if msg.seq is not None and msg.time is not None:
                 found = (msg.seq, msg.time.timestamp())
@@ -512,6 +505,48 @@ class NatsTransport(Lifecycle):
         if "error" in answer:
             APIError.from_error(answer["error"])  # raises the error's own type
         return int(answer.get("purged", 0))
+
+    async def _consumer_info(self, name: str) -> js_api.ConsumerInfo | None:
+        """The consumer's info (None: it does not exist), read with the other consumers
+        asked for at the same time (``_read_infos``)."""
+        return await self._infos.get(name)
+
+    async def _read_infos(self, names: Sequence[str]) -> dict[str, js_api.ConsumerInfo | None]:
+        js = self._jetstream()
+        s = self.settings
+        found: dict[str, js_api.ConsumerInfo | None] = {}
+        if len(names) >= _LIST_FROM:
+            listed = {info.name: info for info in await self._consumers()}
+            found = {name: listed[name] for name in names if name in listed}
+
+        async def one(name: str) -> None:
+            try:
+                found[name] = await js.consumer_info(s.stream, name, timeout=s.request_timeout)
+            except NotFoundError:
+                found[name] = None
+
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                if name not in found:  # not listed: it does not exist, or is newer than the list
+                    tg.start_soon(one, name)
+        return found
+
+    async def _first_after(
+        self, subject: str, floor: int, recent: float = 0.0
+    ) -> js_api.RawStreamMsg | None:
+        """The first stored message on ``subject`` after sequence ``floor`` (None: none);
+        the same question answered at most ``recent`` seconds ago serves as it is."""
+        if recent and (hit := self._recent_firsts.get(subject)) is not None:
+            at, asked_floor, msg = hit
+            if asked_floor == floor and anyio.current_time() - at <= recent:
+                return msg
+        js, stream = self._jetstream(), self.settings.stream
+        try:
+            msg = await js.get_msg(stream, seq=floor + 1, subject=subject, next=True)
+        except NotFoundError:
+            return None  # not kept: a message stored next is the answer then
+        self._recent_firsts[subject] = (anyio.current_time(), floor, msg)
+        return msg
 
     async def _consumers(self) -> list[js_api.ConsumerInfo]:
         js = self._jetstream()

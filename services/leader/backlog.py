@@ -27,7 +27,10 @@ __all__ = ["Backlog", "BacklogAlerter", "BacklogReader", "LandedTrimmer", "round
 log = logging.getLogger("shoal.leader.backlog")
 
 _READ_TIMEOUT = 2.0  # per partition and read: one slow partition shows as unknown
-_CONCURRENT_READS = 16
+# Every partition at once (up to this many): the Kafka and NATS transports answer the
+# concurrent reads of a gathering with one request (``adapters._batched``), so a cap of 16
+# made eight gatherings of a read of 128 partitions.
+_CONCURRENT_READS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +102,39 @@ class BacklogReader:
         known = [False] * self._partitions
         limiter = anyio.CapacityLimiter(_CONCURRENT_READS)
 
-        async def read(partition: int) -> None:
+        async def read_lag(partition: int) -> None:
             async with limiter:
                 try:
                     with anyio.fail_after(_READ_TIMEOUT):
-                        lags[partition] = lag = await self._transport.backlog(partition)
-                        if lag:
-                            stored[partition] = await self._transport.oldest_unacked(partition)
-                    known[partition] = True
+                        lags[partition] = await self._transport.backlog(partition)
                 except Exception as exc:  # unknown, not an error page: shown as null
                     log.debug(
                         "backlog read failed", extra=fields(partition=partition, error=repr(exc))
                     )
 
+        async def read_age(partition: int) -> None:
+            async with limiter:
+                try:
+                    with anyio.fail_after(_READ_TIMEOUT):
+                        stored[partition] = await self._transport.oldest_unacked(partition)
+                    known[partition] = True
+                except Exception as exc:
+                    log.debug(
+                        "oldest unacked read failed",
+                        extra=fields(partition=partition, error=repr(exc)),
+                    )
+
+        # Two rounds, each over every partition at once: the transports answer the reads
+        # of a round with few requests (``adapters._batched``).
         async with anyio.create_task_group() as tg:
             for partition in range(self._partitions):
-                tg.start_soon(read, partition)
+                tg.start_soon(read_lag, partition)
+        async with anyio.create_task_group() as tg:
+            for partition, lag in enumerate(lags):
+                if lag:
+                    tg.start_soon(read_age, partition)
+                elif lag == 0:
+                    known[partition] = True
         now = self._clock()
         ages = tuple(unacked_age(at, now) for at in stored)
         for p in range(self._partitions):
