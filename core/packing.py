@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from core.messages import Envelope, MessageKind
 
@@ -50,16 +49,13 @@ class PackError(ValueError):
     """Bytes that start like a pack but are not a whole, well-formed one."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Shared:
-    kind: MessageKind
-    partition: int
-    project_id: str
-    gateway_id: str
+# What a pack's parts share: kind, partition, project, gateway. A plain tuple: the gateway
+# builds one per message it packs, and a frozen dataclass cost 8 % of its CPU.
+_Shared = tuple[MessageKind, int, str, str]
 
 
 def _shared(envelope: Envelope) -> _Shared:
-    return _Shared(envelope.kind, envelope.partition, envelope.project_id, envelope.gateway_id)
+    return (envelope.kind, envelope.partition, envelope.project_id, envelope.gateway_id)
 
 
 def packed(
@@ -113,11 +109,12 @@ def encode_pack(parts: Sequence[Envelope]) -> bytes:
     shared = _shared(parts[0])
     if any(_shared(part) != shared for part in parts):
         raise ValueError("a pack's messages share kind, partition, project and gateway")
+    kind, partition, project_id, gateway_id = shared
     header = {
-        "kind": shared.kind.value,
-        "partition": shared.partition,
-        "project": shared.project_id,
-        "gateway": shared.gateway_id,
+        "kind": kind.value,
+        "partition": partition,
+        "project": project_id,
+        "gateway": gateway_id,
         "ids": [part.message_id for part in parts],
         "sequences": [part.sequence for part in parts],
         "received_at": [float(part.received_at) for part in parts],
