@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -91,15 +91,7 @@ LOAD = LoadPlan(
 # do), through a gateway of their own that the gateway row kills: a retry after a cut
 # request lands under the ids of its first attempt. Keyed requests cost the NATS KV bucket
 # two writes each, so these run beside LOAD, not instead of it.
-KEYED = LoadPlan(
-    messages=None,
-    projects=100,
-    batch=10,
-    concurrency=4,
-    rate=300.0,
-    idempotency_keys=True,
-    request_timeout=PUBLISH_DEADLINE + 15.0,
-)
+KEYED = replace(LOAD, projects=100, concurrency=4, rate=300.0, idempotency_keys=True)
 PAUSE = LEASE_TTL + 3.0  # SIGSTOP past the lease
 SHORT_PAUSE = LEASE_TTL / 2 - 1.0  # SIGSTOP well under half the lease: no rebalance
 # Every bound is what the mechanism needs by the settings the cluster runs with, plus
