@@ -5,9 +5,9 @@ default sync (relaxed), and Kafka durable. The figure is the plain pipeline's CP
 per message over shoal's (every process and server counted, docs/benchmarks.md): messages
 per second move with the machine's disk and cores (NATS durable measured 2.26-2.53 x the
 plain pipeline's rate on one machine and 1.39 x on the CI machine, with the same commit),
-what a message costs much less so. Each floor is 0.8 x the lowest this gate measured with
-issue 32's packs on either machine, so a change that gives the gain back cannot land; the
-full table (Kafka relaxed, files, latency, rebalance, memory) is ``tox -e bench``."""
+what a message costs much less so. Each floor sits 0.8 x below what issue 32's changes
+measured (``FLOORS``), so a change that gives the gain back cannot land; the full table
+(Kafka relaxed, files, latency, rebalance, memory) is ``tox -e bench``."""
 
 from __future__ import annotations
 
@@ -20,13 +20,15 @@ from infra.local.servers import start_etcd
 from tests.bench.pipeline import cpu_per_100k, raw_rate, servers_for, shoal_throughput, warm_up
 
 MESSAGES = 50_000
-# plain CPU s / shoal CPU s per message: 0.8 x the lowest of this gate's runs with packs
-# (docs/benchmarks.md: NATS durable 1.23-1.45 x over five runs on two machines, relaxed
-# 0.80-1.34 x, Kafka durable 0.21-0.28 x).
+# plain CPU s / shoal CPU s per message. With packs: NATS durable 1.23-1.45 x over five
+# runs on two machines, relaxed 0.80-1.34 x, Kafka durable 0.21-0.28 x (floors 0.98, 0.64,
+# 0.17: 0.8 x the lowest). With standing pulls and batched backlog reads (9f78264): 1.73,
+# 1.25 and 0.32 x in one run; the same commit moved 20 % between runs on this host, so each
+# floor is 0.8 x (that run less 20 %) until more runs on both machines narrow it.
 FLOORS = {
-    ("nats", "durable"): 0.98,
-    ("nats", "relaxed"): 0.64,
-    ("kafka", "durable"): 0.17,
+    ("nats", "durable"): 1.10,
+    ("nats", "relaxed"): 0.80,
+    ("kafka", "durable"): 0.20,
 }
 
 
