@@ -40,6 +40,10 @@ from services.leader.leader_loop import LeaderLoop
 from services.leader.status import LiveStatus, StatusReader, create_status_app
 
 PARTITIONS = 128
+# Long enough that no lease lapses while Chromium and the landing share two loaded cores
+# (a 1 s lease once lapsed in CI and re-elected the leader mid-test); a crash ends its
+# leases explicitly (``Stack.crash``), so no test waits for a TTL.
+LEASE_TTL = 10.0
 
 
 @asynccontextmanager
@@ -104,7 +108,7 @@ class Stack:
             InMemoryHoldStore(self.state) as holds,
         ):
             leader_loop = LeaderLoop(
-                settings=LeaderSettings(id=leader_id, lease_ttl=1.0, debounce=0.05),
+                settings=LeaderSettings(id=leader_id, lease_ttl=LEASE_TTL, debounce=0.05),
                 partitions=PARTITIONS,
                 strategy=strategy_named("sticky"),
                 election=election,
@@ -148,7 +152,7 @@ class Stack:
         ):
             handler = Handler(
                 settings=HandlerSettings(
-                    id=handler_id, lease_ttl=1.0, stats_interval=0.5, fetch_timeout=0.05
+                    id=handler_id, lease_ttl=LEASE_TTL, stats_interval=0.5, fetch_timeout=0.05
                 ),
                 membership=membership,
                 reports=reports,
