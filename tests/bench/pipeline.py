@@ -2,7 +2,7 @@
 
     python -m tests.bench.pipeline [--messages N] [--quick] [--transports nats,kafka]
                                    [--modes durable,relaxed] [--no-rebalance] [--json FILE]
-                                   [--baseline REV]
+                                   [--baseline REV] [--profile DIR]
 
 For every transport and mode it runs, on the same fresh servers:
 
@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
@@ -69,6 +69,7 @@ from infra.local.servers import RunningMinio, RunningServer, start_etcd, start_m
 from services.cli.devices import LoadGenerator, LoadPlan
 from services.common.settings import HandlerSettings
 from services.common.table import landed_table
+from tests.bench.profiles import profiled, top_frames
 from tests.e2e._cluster import Cluster, member_ids, partitions_of, settled
 
 PARTITIONS = 128
@@ -486,6 +487,7 @@ class ShoalRun:
     zone: Zone
     memory: dict[str, Memory]
     cpu_by: dict[str, float]  # the same per process (handlers, gateway, leader, servers)
+    profiles: dict[str, Path]  # process -> its py-spy profile of the run (``--profile``)
 
 
 # A fresh Kafka broker spent twice the CPU on the first shoal run it served: the same commit
@@ -508,29 +510,36 @@ async def shoal_throughput(
     work: Path,
     landing: Landing | None = None,
     repo: Path = REPO,
+    profile: Path | None = None,
 ) -> ShoalRun:
     """Messages per second end to end and accepted by the gateway, the CPU every process
     used, the landed files, and every process's memory once everything landed (on S3 with
-    ``landing``); shoal's services from the checkout ``repo``."""
+    ``landing``); shoal's services from the checkout ``repo``; with ``profile``, a py-spy
+    profile of each of shoal's processes from the load's start to the last row, there."""
     cluster = await start_cluster(backend_env(transport, servers), work, landing, repo=repo)
     try:
         gateway = cluster.process("gateway")
         named = {name: proc.pid for name, proc in cluster.processes.items()}
         named |= {"etcd": servers.pids["etcd"], transport: servers.broker_pid(transport)}
         before = {name: cpu_of(pid) for name, pid in named.items()}
-        started = time.time()
-        summary = await LoadGenerator(gateway.url, plan(messages)).run()
-        accepted = time.time()
-        if summary.accepted_count != messages:
-            raise RuntimeError(f"the gateway did not accept everything: {summary.line()}")
-        zone = Zone(cluster.zone, landing.s3 if landing else None)
-        try:
-            await zone.until_rows(messages, within=max(120.0, messages / 200))
-        except TimeoutError:
-            raise RuntimeError(
-                f"{transport}: {len(zone.ids)} of {messages} messages landed; logs in "
-                f"{cluster.log_dir}\n{cluster.dump_logs(20)}"
-            ) from None
+        sampled = {name: proc.pid for name, proc in cluster.processes.items()}
+        sampling: AbstractContextManager[dict[str, Path]] = (
+            profiled(profile, sampled) if profile else nullcontext({})
+        )
+        with sampling as profiles:
+            started = time.time()
+            summary = await LoadGenerator(gateway.url, plan(messages)).run()
+            accepted = time.time()
+            if summary.accepted_count != messages:
+                raise RuntimeError(f"the gateway did not accept everything: {summary.line()}")
+            zone = Zone(cluster.zone, landing.s3 if landing else None)
+            try:
+                await zone.until_rows(messages, within=max(120.0, messages / 200))
+            except TimeoutError:
+                raise RuntimeError(
+                    f"{transport}: {len(zone.ids)} of {messages} messages landed; logs in "
+                    f"{cluster.log_dir}\n{cluster.dump_logs(20)}"
+                ) from None
         cpu_by = {name: cpu_of(pid) - before[name] for name, pid in named.items()}
         finished = max(mtime for _, mtime in zone.files.values())
         memory = {name: memory_of(proc.pid) for name, proc in cluster.processes.items()}
@@ -541,6 +550,7 @@ async def shoal_throughput(
             zone,
             memory,
             cpu_by,
+            profiles,
         )
     finally:
         await cluster.__aexit__(None, None, None)
@@ -637,12 +647,13 @@ async def s3_run(
 
 
 async def steady_and_rebalance(
-    servers: Servers, work: Path, seconds: float = STEADY_SECONDS
+    servers: Servers, work: Path, seconds: float = STEADY_SECONDS, repo: Path = REPO
 ) -> tuple[Steady, Rebalance]:
     """NATS durable, 2 handlers: ``seconds`` at 200 msgs/s (files, latency); then under a
     steady 2,000 msgs/s a third handler joins, leaves with SIGTERM, h2 is SIGKILLed, and h1
-    runs alone with every partition for a while (its memory)."""
-    cluster = await start_cluster(backend_env("nats", servers), work)
+    runs alone with every partition for a while (its memory); shoal's services from the
+    checkout ``repo``."""
+    cluster = await start_cluster(backend_env("nats", servers), work, repo=repo)
     try:
         gateway = cluster.process("gateway")
         zone = Zone(cluster.data_dir)
@@ -719,7 +730,10 @@ def report(
     runs: list[Throughput],
     steady: Steady | None,
     rebalance: Rebalance | None,
+    before_steady: Steady | None = None,
+    before_rebalance: Rebalance | None = None,
 ) -> None:
+    """The table; the steady and rebalance rows name the baseline's figures beside."""
     table = Table(title=f"shoal pipeline benchmark ({os.cpu_count()} cores)")
     for column in ("figure", "value", "target", ""):
         table.add_column(column)
@@ -791,46 +805,77 @@ def report(
             f"{handler} / {run.memory.get('gateway', Memory(0, 0))} / "
             f"{run.memory.get('leader', Memory(0, 0))}",
         )
+
+    def beside(now: str, before: str | None) -> str:
+        return now if before is None else f"{now}; baseline {before}"
+
     if steady is not None:
+        earlier = before_steady
         row(
             f"{steady.rate:.0f} msgs/s: rows per file (median, p10)",
-            f"{steady.median_file_rows:,.0f}, {steady.p10_file_rows:,.0f} ({steady.rows:,} rows)",
+            beside(
+                f"{steady.median_file_rows:,.0f}, {steady.p10_file_rows:,.0f} "
+                f"({steady.rows:,} rows)",
+                None
+                if earlier is None
+                else f"{earlier.median_file_rows:,.0f}, {earlier.p10_file_rows:,.0f}",
+            ),
             ">= 1,000",
             steady.median_file_rows >= 1_000,
         )
         row(
             f"{steady.rate:.0f} msgs/s: latency p50 / p99",
-            f"{steady.latency_p50:.1f} / {steady.latency_p99:.1f} s",
+            beside(
+                f"{steady.latency_p50:.1f} / {steady.latency_p99:.1f} s",
+                None
+                if earlier is None
+                else f"{earlier.latency_p50:.1f} / {earlier.latency_p99:.1f} s",
+            ),
             f"p99 <= roll age + 1 = {latency_limit:.0f} s",
             steady.latency_p99 <= latency_limit,
         )
     if rebalance is not None:
+        then = before_rebalance
         row(
             "join: member -> its first row (from spawn)",
-            f"{rebalance.join_s:.2f} s ({rebalance.join_from_start_s:.2f} s)",
+            beside(
+                f"{rebalance.join_s:.2f} s ({rebalance.join_from_start_s:.2f} s)",
+                None if then is None else f"{then.join_s:.2f} s ({then.join_from_start_s:.2f} s)",
+            ),
             "<= 1 s",
             rebalance.join_s <= 1,
         )
         row(
             "SIGTERM -> its partitions landing again",
-            f"{rebalance.leave_s:.2f} s",
+            beside(f"{rebalance.leave_s:.2f} s", None if then is None else f"{then.leave_s:.2f} s"),
             "<= 1 s",
             rebalance.leave_s <= 1,
         )
         limit = LEASE_TTL + 1
         row(
             "SIGKILL -> its partitions landing again",
-            f"{rebalance.crash_s:.2f} s",
+            beside(f"{rebalance.crash_s:.2f} s", None if then is None else f"{then.crash_s:.2f} s"),
             f"<= lease TTL + 1 = {limit:.0f} s",
             rebalance.crash_s <= limit,
         )
         row(
             "RSS (peak) of a handler holding 128 partitions",
-            f"{rebalance.alone} MB",
+            beside(f"{rebalance.alone} MB", None if then is None else f"{then.alone} MB"),
             "<= 150 MB",
             rebalance.alone.peak <= 150,
         )
     console.print(table)
+
+
+def print_profiles(console: Console, run: str, profiles: Mapping[str, Path]) -> None:
+    """The top frames of the gateway's and the handlers' profiles of one run, if sampled."""
+    handlers = sorted(name for name in profiles if name.startswith("h"))
+    for role, names in (("gateway", ["gateway"]), ("handlers", handlers)):
+        frames = top_frames(profiles[name] for name in names if name in profiles)
+        if frames:
+            console.print(f"  {run}, {role}: top frames (share of samples)", markup=False)
+            for frame, share in frames:
+                console.print(f"    {share:6.1%}  {frame}", markup=False, highlight=False)
 
 
 def checkout(rev: str, where: Path) -> Path:
@@ -853,7 +898,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     transports = [t for t in args.transports.split(",") if t]
     modes = [m for m in args.modes.split(",") if m]
     runs: list[Throughput] = []
-    steady = rebalance = None
+    steady = rebalance = before_steady = before_rebalance = None
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     baseline_repo = checkout(args.baseline, work / "baseline") if args.baseline else None
     etcd = start_etcd()
@@ -869,7 +914,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     console.print(f"  {raw[0]:,.0f} msgs/s, {raw[1]:.1f} CPU s; shoal ...")
                     shoal = await shoal_throughput(
-                        transport, servers, args.messages, work / f"{transport}-{mode}"
+                        transport,
+                        servers,
+                        args.messages,
+                        work / f"{transport}-{mode}",
+                        profile=args.profile / f"{transport}-{mode}" if args.profile else None,
                     )
                     split = ", ".join(f"{n} {c:.1f}" for n, c in sorted(shoal.cpu_by.items()))
                     console.print(
@@ -879,6 +928,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     alone = await gateway_alone(
                         transport, servers, args.messages, work / f"{transport}-{mode}-gateway"
                     )
+                    label = f"{transport} {mode}"
+                    print_profiles(console, label, shoal.profiles)
                     console.print(f"  gateway alone: {alone}")
                     baseline = None
                     if baseline_repo is not None:
@@ -889,6 +940,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             args.messages,
                             work / f"{transport}-{mode}-baseline",
                             repo=baseline_repo,
+                            profile=(
+                                args.profile / f"{transport}-{mode}-baseline"
+                                if args.profile
+                                else None
+                            ),
                         )
                         baseline = Baseline(
                             args.baseline,
@@ -907,6 +963,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         console.print(
                             f"  {before.rate:,.0f} msgs/s, {before.cpu:.1f} CPU s ({split})"
                         )
+                        then = f"{label}, baseline {args.baseline}"
+                        print_profiles(console, then, before.profiles)
                     runs.append(
                         throughput(transport, mode, args.messages, shoal, raw, baseline, alone)
                     )
@@ -920,6 +978,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         servers, work / "rebalance", args.steady_seconds
                     )
                     console.print(f"  {steady}\n  {rebalance}")
+                    if baseline_repo is not None:
+                        console.print(f"  baseline {args.baseline} ...")
+                        before_steady, before_rebalance = await steady_and_rebalance(
+                            servers,
+                            work / "rebalance-baseline",
+                            args.steady_seconds,
+                            repo=baseline_repo,
+                        )
+                        console.print(f"  {before_steady}\n  {before_rebalance}")
         failed = False
     finally:
         etcd.stop()
@@ -931,11 +998,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             console.print(f"the run's data and logs: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    report(console, runs, steady, rebalance)
+    report(console, runs, steady, rebalance, before_steady, before_rebalance)
     return {
         "runs": [asdict(r) | {"ratio": r.ratio} for r in runs],
         "steady": asdict(steady) if steady else None,
         "rebalance": asdict(rebalance) if rebalance else None,
+        "baseline_steady": asdict(before_steady) if before_steady else None,
+        "baseline_rebalance": asdict(before_rebalance) if before_rebalance else None,
     }
 
 
@@ -955,6 +1024,13 @@ def main(argv: list[str] | None = None) -> None:
         "--baseline",
         metavar="REV",
         help="also run shoal's services of commit REV (a git worktree) on the same servers",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample shoal's processes with py-spy in each measured run (raw profiles in DIR) "
+        "and print the gateway's and the handlers' top frames",
     )
     args = parser.parse_args(argv)
     if args.messages is None:
