@@ -28,8 +28,8 @@ the same run, so a change's effect is measured at one time on one machine.
 Modes: durable (nats-server ``sync_interval: always``, shoal up's default; Kafka
 ``log.flush.interval.messages=1``) and relaxed (both servers' default sync). Then, on NATS
 durable: rows per file and latency at 200 messages/s, rebalance timings (join, SIGTERM,
-SIGKILL) at 128 partitions, and resident memory of every process (VmRSS and the peak,
-VmHWM). Prints one table; targets are shown, not asserted (the CI gate is
+SIGKILL) at 128 partitions, and resident memory of every process (VmRSS, the peak VmHWM,
+and the process's own RssAnon). Prints one table; targets are shown, not asserted (the CI gate is
 ``tests/bench/test_gate.py``). ``--quick``: 20,000 messages and 30 s at 200 msgs/s.
 """
 
@@ -92,13 +92,16 @@ SETTLE = 4 * float(HandlerSettings.model_fields["fetch_timeout"].default) + 1.0
 
 @dataclass
 class Memory:
-    """Resident memory of one process in MB: now (VmRSS) and its peak (VmHWM)."""
+    """Resident memory of one process in MB: now (VmRSS), its peak (VmHWM), and how much of
+    it now is the process's own (RssAnon: its heap and stacks; the rest is mapped files,
+    mostly shared libraries' pages, which every process of the host maps once)."""
 
     rss: float
     peak: float
+    anon: float = 0.0
 
     def __str__(self) -> str:
-        return f"{self.rss:.0f} ({self.peak:.0f})"
+        return f"{self.rss:.0f} ({self.peak:.0f}, own {self.anon:.0f})"
 
 
 @dataclass
@@ -261,13 +264,14 @@ def file_rows(files: Mapping[PurePath, tuple[int, float]]) -> tuple[float, float
 
 
 def memory_of(pid: int) -> Memory:
-    """Resident memory of ``pid`` now (VmRSS) and at its peak (VmHWM), in MB."""
-    found = {"VmRSS": 0.0, "VmHWM": 0.0}
+    """Resident memory of ``pid`` now (VmRSS), at its peak (VmHWM) and its own (RssAnon), in
+    MB."""
+    found = {"VmRSS": 0.0, "VmHWM": 0.0, "RssAnon": 0.0}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in found:
             found[key] = int(value.split()[0]) / 1024  # kB
-    return Memory(found["VmRSS"], found["VmHWM"])
+    return Memory(found["VmRSS"], found["VmHWM"], found["RssAnon"])
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -801,7 +805,7 @@ def report(
         handlers = [m for k, m in run.memory.items() if k.startswith("h")]
         handler = max(handlers, key=lambda m: m.peak, default=Memory(0, 0))
         row(
-            f"{label}: RSS (peak) MB handler / gateway / leader",
+            f"{label}: RSS (peak, own) MB handler / gateway / leader",
             f"{handler} / {run.memory.get('gateway', Memory(0, 0))} / "
             f"{run.memory.get('leader', Memory(0, 0))}",
         )
@@ -859,7 +863,7 @@ def report(
             rebalance.crash_s <= limit,
         )
         row(
-            "RSS (peak) of a handler holding 128 partitions",
+            "RSS (peak, own) of a handler holding 128 partitions",
             beside(f"{rebalance.alone} MB", None if then is None else f"{then.alone} MB"),
             "<= 150 MB",
             rebalance.alone.peak <= 150,
