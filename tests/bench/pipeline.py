@@ -139,6 +139,10 @@ class Baseline:
     shoal_cpu: float
     memory: dict[str, Memory] = field(default_factory=dict)
     gateway_alone: GatewayAlone | None = None
+    median_file_rows: float = 0.0
+    p10_file_rows: float = 0.0
+    latency_p50: float = 0.0
+    latency_p99: float = 0.0
 
 
 @dataclass
@@ -729,6 +733,14 @@ def _verdict(value: float, target: float, stretch: float | None = None) -> bool 
     return value >= target
 
 
+def memory_row(memory: Mapping[str, Memory]) -> str:
+    """The handler with the highest peak, the gateway and the leader of one run."""
+    handlers = [m for name, m in memory.items() if name.startswith("h")]
+    handler = max(handlers, key=lambda m: m.peak, default=Memory(0, 0))
+    none = Memory(0, 0)
+    return f"{handler} / {memory.get('gateway', none)} / {memory.get('leader', none)}"
+
+
 def report(
     console: Console,
     runs: list[Throughput],
@@ -746,6 +758,9 @@ def report(
         verdict = ok if isinstance(ok, str) else "" if ok is None else ("PASS" if ok else "MISS")
         table.add_row(figure, value, target, verdict)
 
+    def beside(now: str, before: str | None) -> str:
+        return now if before is None else f"{now}; baseline {before}"
+
     latency_limit = ROLL_AGE + 1
     for run in runs:
         label = f"{run.transport} {run.mode}"
@@ -754,11 +769,18 @@ def report(
             f"{run.shoal_rate:,.0f} msgs/s ({run.accepted_rate:,.0f}) of {run.messages:,}",
         )
         row(f"{label}: plain client", f"{run.raw_rate:,.0f} msgs/s")
-        want, stretch = (2.0, 4.0) if run.mode.startswith("durable") else (0.5, 0.8)
+        # Kafka's is issue 32's: at least the plain aiokafka pipeline, in either mode.
+        want, stretch = (
+            (1.0, None)
+            if run.transport == "kafka"
+            else (2.0, 4.0)
+            if run.mode.startswith("durable")
+            else (0.5, 0.8)
+        )
         row(
             f"{label}: shoal / plain",
             f"{run.ratio:.2f} x",
-            f">= {want} x (stretch {stretch} x)",
+            f">= {want} x" + (f" (stretch {stretch} x)" if stretch else ""),
             _verdict(run.ratio, want, stretch),
         )
         row(
@@ -766,12 +788,14 @@ def report(
             f"{run.shoal_cpu:.1f} / {run.raw_cpu:.1f} "
             f"({run.shoal_cpu / run.raw_cpu if run.raw_cpu else 0:.2f} x the plain cost)",
         )
-        if run.baseline is not None:
-            base = run.baseline
+        base = run.baseline
+        if base is not None:
             row(
                 f"{label}: baseline {base.rev}: msgs/s, CPU s per 100k",
                 f"{base.shoal_rate:,.0f} (now {run.shoal_rate / base.shoal_rate:.2f} x), "
                 f"{base.shoal_cpu:.1f} (now {run.shoal_cpu / base.shoal_cpu:.2f} x)",
+                "CPU <= 1/3 of the baseline's",
+                run.shoal_cpu * 3 <= base.shoal_cpu,
             )
         alone = run.gateway_alone
         if alone is not None:
@@ -791,27 +815,36 @@ def report(
             )
         row(
             f"{label}: rows per file (median, p10)",
-            f"{run.median_file_rows:,.0f}, {run.p10_file_rows:,.0f} "
-            f"({run.files} files, {run.duplicates} duplicate rows)",
+            beside(
+                f"{run.median_file_rows:,.0f}, {run.p10_file_rows:,.0f} "
+                f"({run.files} files, {run.duplicates} duplicate rows)",
+                None
+                if base is None
+                else f"{base.median_file_rows:,.0f}, {base.p10_file_rows:,.0f}",
+            ),
             ">= 10,000",
             run.median_file_rows >= 10_000,
         )
         row(
             f"{label}: latency under load p50 / p99",
-            f"{run.latency_p50:.1f} / {run.latency_p99:.1f} s",
+            beside(
+                f"{run.latency_p50:.1f} / {run.latency_p99:.1f} s",
+                None if base is None else f"{base.latency_p50:.1f} / {base.latency_p99:.1f} s",
+            ),
             f"p99 <= {latency_limit:.0f} s",
             run.latency_p99 <= latency_limit,
         )
-        handlers = [m for k, m in run.memory.items() if k.startswith("h")]
-        handler = max(handlers, key=lambda m: m.peak, default=Memory(0, 0))
+        peaks = {name: m.peak for name, m in run.memory.items()}
         row(
             f"{label}: RSS (peak, own) MB handler / gateway / leader",
-            f"{handler} / {run.memory.get('gateway', Memory(0, 0))} / "
-            f"{run.memory.get('leader', Memory(0, 0))}",
+            beside(memory_row(run.memory), None if base is None else memory_row(base.memory)),
+            "peak <= 150 / 80 / 80 MB",
+            all(
+                peak <= (150 if name.startswith("h") else 80)
+                for name, peak in peaks.items()
+                if name.startswith("h") or name in ("gateway", "leader")
+            ),
         )
-
-    def beside(now: str, before: str | None) -> str:
-        return now if before is None else f"{now}; baseline {before}"
 
     if steady is not None:
         earlier = before_steady
@@ -962,6 +995,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                 work / f"{transport}-{mode}-gateway-baseline",
                                 repo=baseline_repo,
                             ),
+                            *file_rows(before.zone.files),
+                            *before.zone.latencies(before.zone.files),
                         )
                         split = ", ".join(f"{n} {c:.1f}" for n, c in sorted(before.cpu_by.items()))
                         console.print(
