@@ -735,9 +735,9 @@ def _verdict(value: float, target: float, stretch: float | None = None) -> bool 
 
 def memory_row(memory: Mapping[str, Memory]) -> str:
     """The handler with the highest peak, the gateway and the leader of one run."""
-    handlers = [m for name, m in memory.items() if name.startswith("h")]
-    handler = max(handlers, key=lambda m: m.peak, default=Memory(0, 0))
     none = Memory(0, 0)
+    handlers = [m for name, m in memory.items() if name.startswith("h")]
+    handler = max(handlers, key=lambda m: m.peak, default=none)
     return f"{handler} / {memory.get('gateway', none)} / {memory.get('leader', none)}"
 
 
@@ -834,14 +834,13 @@ def report(
             f"p99 <= {latency_limit:.0f} s",
             run.latency_p99 <= latency_limit,
         )
-        peaks = {name: m.peak for name, m in run.memory.items()}
         row(
             f"{label}: RSS (peak, own) MB handler / gateway / leader",
             beside(memory_row(run.memory), None if base is None else memory_row(base.memory)),
             "peak <= 150 / 80 / 80 MB",
             all(
-                peak <= (150 if name.startswith("h") else 80)
-                for name, peak in peaks.items()
+                m.peak <= (150 if name.startswith("h") else 80)
+                for name, m in run.memory.items()
                 if name.startswith("h") or name in ("gateway", "leader")
             ),
         )
