@@ -191,7 +191,11 @@ class NatsKvCoordinationStore(Lifecycle):
         bound = {int(key.split(".")[1]) for key in await self._bucket.snapshot(_BINDINGS)}
         live = {int(key.removeprefix(_LEASES)) for key in await self._bucket.snapshot(_LEASES)}
         for lease in sorted(bound - live):
-            await self._delete_bound_keys(lease)
+            # A watcher's snapshot may miss a record rewritten while it read; a direct read
+            # of the record is the truth a live lease's keys must never be deleted against.
+            if await self._bucket.get(_lease_key(lease)) is None:
+                _log.info("NATS KV lease %d ended: deleting the keys bound to it", lease)
+                await self._delete_bound_keys(lease)
 
     async def _sweep_ended_leases(self, *, task_status: TaskStatus[None]) -> None:
         bucket, settings = self._bucket, self.settings

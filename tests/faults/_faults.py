@@ -700,8 +700,15 @@ class FaultRun:
         await self.settle(HANDLERS)
         after = await cluster.active_leader()
         if after != leader:
+            why = [
+                e.get("msg", "")
+                for e in cluster.process(leader[0]).log_events()
+                if float(e.get("ts", 0)) >= filling
+                and (e.get("level") != "info" or str(e.get("msg", "")).startswith("lease of"))
+            ]
             row.problems.append(
-                f"leadership changed while the stream was full: {leader} -> {after}"
+                f"leadership changed while the stream was full: {leader} -> {after}; "
+                f"{leader[0]} logged: {why[-5:]}"
             )
         return row
 
