@@ -19,6 +19,8 @@ from core.table import LandedFile
 
 __all__ = ["ParquetSink"]
 
+_DISCARD_BOUND = 10.0  # seconds a cancelled write may spend removing files handed over
+
 
 class ParquetSink(Lifecycle):
     """Writes each batch as one file per UTC date (usually one) under ``data_dir``, the
@@ -29,7 +31,8 @@ class ParquetSink(Lifecycle):
     ``write`` encodes in a worker thread, then asks ``still_valid``, then writes, then asks
     again: a writer that lost its lease while encoding writes nothing, and one that lost it
     (or was cancelled) while writing removes what it wrote. A cancelled ``write`` returns at
-    once; its thread sees the cancellation at the next check. Raises ``OSError`` when the
+    once; its thread sees the cancellation at the next check, and files stored just as it
+    was cancelled are removed by the cancelled call (``_Handoff``). Raises ``OSError`` when the
     disk refuses; the files it began are removed. A process killed mid-write may leave a
     partial file that no version names (readers never see it; vacuum removes it).
     """
@@ -42,19 +45,22 @@ class ParquetSink(Lifecycle):
     ) -> Sequence[LandedFile]:
         if not rows:
             return ()
-        abandoned = threading.Event()
+        handoff = _Handoff()
 
         def valid() -> bool:  # in the worker thread; ``still_valid`` runs on the event loop
-            if abandoned.is_set():
+            if handoff.abandoned:
                 return False
             return still_valid is None or anyio.from_thread.run_sync(still_valid)
 
         try:
             return await anyio.to_thread.run_sync(
-                self._write_sync, list(rows), valid, abandon_on_cancel=True
+                self._write_sync, list(rows), valid, handoff, abandon_on_cancel=True
             )
         except anyio.get_cancelled_exc_class():
-            abandoned.set()
+            orphans = handoff.abandon()
+            if orphans:  # written and handed over just as the caller was cancelled
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_DISCARD_BOUND):
+                    await self.discard(orphans)
             raise
 
     async def discard(self, files: Sequence[LandedFile]) -> None:
@@ -69,7 +75,7 @@ class ParquetSink(Lifecycle):
                 _fsync_dir(folder)
 
     def _write_sync(
-        self, rows: list[LandedRow], valid: Callable[[], bool]
+        self, rows: list[LandedRow], valid: Callable[[], bool], handoff: _Handoff
     ) -> tuple[LandedFile, ...]:
         encoded = encode_files(rows, self.settings)
         if not valid():
@@ -84,7 +90,8 @@ class ParquetSink(Lifecycle):
                 _fsync_dir(folder)
             # Asked again once stored: a write cancelled (or a lease lost) while the data
             # went to disk leaves no file behind that nobody would commit or delete.
-            if not valid():
+            landed = tuple(file.landed for file in encoded)
+            if not valid() or not handoff.hand_over(landed):
                 raise OwnershipLostError(
                     f"{len(rows)} rows written and removed: the writer no longer owns them"
                 )
@@ -92,7 +99,7 @@ class ParquetSink(Lifecycle):
             for path in written:
                 path.unlink(missing_ok=True)
             raise
-        return tuple(file.landed for file in encoded)
+        return landed
 
     def _store(self, file: EncodedFile) -> Path:
         path = self.settings.data_dir / file.landed.path
@@ -106,6 +113,32 @@ class ParquetSink(Lifecycle):
             path.unlink(missing_ok=True)
             raise
         return path
+
+
+class _Handoff:
+    """Who owns a write's files once they are stored: the caller (handed over) or the
+    worker thread (the caller was cancelled first, so the thread removes them). Decided
+    under a lock, so that files are never left to nobody when the cancellation and the
+    hand-over cross."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.abandoned = False
+        self._handed: tuple[LandedFile, ...] = ()
+
+    def hand_over(self, files: tuple[LandedFile, ...]) -> bool:
+        """In the thread: give ``files`` to the caller, unless it was cancelled."""
+        with self._lock:
+            if not self.abandoned:
+                self._handed = files
+            return not self.abandoned
+
+    def abandon(self) -> tuple[LandedFile, ...]:
+        """On the caller's cancellation: the files already handed over (now nobody's but
+        the caller's to remove), and the thread keeps none after this."""
+        with self._lock:
+            self.abandoned = True
+            return self._handed
 
 
 def _make_dirs(folder: Path) -> None:

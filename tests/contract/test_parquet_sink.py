@@ -204,6 +204,41 @@ async def test_a_write_cancelled_while_its_file_goes_to_disk_leaves_no_file(
 
 
 @pytest.mark.anyio
+async def test_a_write_cancelled_as_it_hands_its_files_over_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The last ownership check passes and the caller is cancelled right then (a handler
+    # resumed from a pause whose lease ran out meanwhile): the files are stored, and either
+    # the thread sees the cancellation before it hands them over and removes them, or the
+    # cancelled call gets them handed over and removes them; never nobody.
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    finished = threading.Event()
+    real_write_sync = sink._write_sync
+
+    def watched(*args: Any) -> Any:
+        try:
+            return real_write_sync(*args)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(sink, "_write_sync", watched)
+    checks = 0
+    with anyio.CancelScope() as scope:
+
+        def owned_until_the_last_check() -> bool:
+            nonlocal checks
+            checks += 1
+            if checks == 2:  # the check after storing: true, and the caller goes
+                scope.cancel()
+            return True
+
+        await sink.write([row(1), row(2)], still_valid=owned_until_the_last_check)
+    assert scope.cancelled_caught and checks == 2
+    assert await anyio.to_thread.run_sync(finished.wait, 10)
+    assert tree(tmp_path, "*.parquet") == []
+
+
+@pytest.mark.anyio
 async def test_a_write_the_disk_fails_halfway_leaves_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
