@@ -1,12 +1,11 @@
 """``RenewedLease``: a lease kept alive by the client, the rule every store's lease shares.
 
 It is renewed every ``min(ttl / 2, max_renew_interval)`` seconds, each renewal bounded by
-the time left. Its *deadline* is the send time of the last successful renewal plus
-``ttl``: the store received that renewal no earlier, so it cannot expire the lease before
-the deadline. When renewals keep failing until the deadline passes, or the store answers
-that the lease is gone, the lease is lost: ``wait_lost`` returns and renewal stops.
-``is_lost`` also compares the monotonic clock with the deadline, without any I/O, so a
-process resumed after a pause sees the loss before it does anything else.
+the time left. Its *deadline* is ``core.lease.LeaseDeadline``'s: the send time of the last
+successful renewal plus ``ttl``. When renewals keep failing until the deadline passes, or
+the store answers that the lease is gone, the lease is lost: ``wait_lost`` returns and
+renewal stops. ``is_lost`` also compares the monotonic clock with the deadline, without
+any I/O, so a process resumed after a pause sees the loss before it does anything else.
 
 A store's lease subclasses it and says how to renew (``_renew``: return normally when
 renewed, raise ``LeaseLostError`` when the store says the lease is gone,
@@ -28,6 +27,7 @@ from anyio.abc import TaskStatus
 
 from core.coordination import Leader
 from core.errors import LeaseLostError, ShoalError, StoreUnavailableError
+from core.lease import LeaseDeadline
 from core.model import MemberId
 from core.ports import MembershipLease
 
@@ -65,7 +65,7 @@ class RenewedLease:
     ) -> None:
         check_ttl(ttl)
         self.ttl = ttl
-        self._deadline = granted_at + ttl
+        self._deadline = LeaseDeadline.granted(ttl, granted_at)
         self._interval = min(ttl / 2, max_renew_interval)
         self._retry = min(retry_interval, self._interval)
         self._what = what
@@ -91,14 +91,14 @@ class RenewedLease:
     @property
     def deadline(self) -> float:
         """``time.monotonic()`` past which the lease may have expired at the store."""
-        return self._deadline
+        return self._deadline.at
 
     @property
     def lost_reason(self) -> str:
         return self._reason
 
     def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lost.is_set() or time.monotonic() + margin >= self._deadline
+        return self._lost.is_set() or self._deadline.passed(time.monotonic(), margin)
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
@@ -106,7 +106,7 @@ class RenewedLease:
     def renewed(self, sent: float) -> None:
         """Record a successful renewal (or write with a fresh TTL) sent at ``sent``."""
         if not self._lost.is_set():
-            self._deadline = max(self._deadline, sent + self.ttl)
+            self._deadline = self._deadline.renewed(sent)
 
     def lose(self, reason: str) -> None:
         """Mark the lease lost (idempotent; the first reason wins) and stop renewing it."""
@@ -139,17 +139,18 @@ class RenewedLease:
                 await self._renew_until_lost()
 
     async def _renew_until_lost(self) -> None:
-        next_at = self._deadline - self.ttl + self._interval
+        next_at = self._deadline.at - self.ttl + self._interval
         failures = 0
         while True:
-            wake = self._deadline if self._paused else min(next_at, self._deadline)
+            deadline = self._deadline.at
+            wake = deadline if self._paused else min(next_at, deadline)
             delay = max(0.0, wake - time.monotonic())
             if self._paused:
                 await anyio.sleep(delay)
             else:
                 await self._wait(delay)
             sent = time.monotonic()
-            if sent >= self._deadline:
+            if self._deadline.passed(sent):
                 failed = f" ({failures} renewal(s) failed)" if failures else ""
                 self.lose(f"not renewed within its {self.ttl:g} s TTL{failed}")
                 if not self._paused:
@@ -159,7 +160,7 @@ class RenewedLease:
             if self._paused:
                 continue
             try:
-                await self._renew(self._deadline - sent)
+                await self._renew(self._deadline.at - sent)
             except LeaseLostError as exc:
                 self.lose(str(exc))
                 return

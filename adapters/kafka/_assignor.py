@@ -5,14 +5,16 @@ them as the *group leader*; that session runs ``assign()`` over every session's 
 the broker hands each session its part. ``assign_group`` (pure) decides, from the sessions'
 metadata alone:
 
-1. **Admission**: one ``member``-role session per shoal id. A session whose id is already
-   admitted with another incarnation is *rejected* (the port's ``MemberExistsError``); the
-   incarnation admitted before keeps its seat.
-2. **Election**: the shoal leader among the ``candidate``-role sessions. The incumbent (the
-   leader of the freshest broadcast any session reports, same incarnation) stays; otherwise
-   the candidate seen longest wins (lowest ``since``, then id). A new leader's term is the
-   Kafka generation, raised above every term any session knows (the coordination log's
-   terms included), so terms only ever grow, even if Kafka forgets the group.
+1. **Admission** (``core.coordination.seat_members``, the model's ``join``): one
+   ``member``-role session per shoal id. A session whose id is already admitted with
+   another incarnation is *rejected* (the port's ``MemberExistsError``); the incarnation
+   admitted before keeps its seat.
+2. **Election** (``core.coordination.elect``, the model's ``lead``): the shoal leader among
+   the ``candidate``-role sessions. The incumbent (the leader of the freshest broadcast any
+   session reports, same incarnation) stays; otherwise the candidate seen longest wins
+   (lowest ``since``, then id). A new leader's term is the Kafka generation, raised above
+   every term any session knows (the coordination log's terms included), so terms only
+   ever grow, even if Kafka forgets the group.
 Every session receives the whole ``Broadcast`` in its assignment's ``user_data``, and no
 Kafka-level partition: the group is membership only (shoal's assignment is the leader's,
 published through the coordination log, not computed again here).
@@ -35,15 +37,14 @@ from adapters.kafka._coord_codec import (
     CANDIDATE,
     MEMBER,
     Broadcast,
-    LeaderSeat,
     MemberMeta,
     Role,
-    Seat,
     decode_broadcast,
     decode_meta,
     encode_broadcast,
     encode_meta,
 )
+from core.coordination import Session, elect, rank_candidates, seat_members
 from core.model import MemberId
 
 __all__ = ["ASSIGNOR_NAME", "ShoalAssignor", "assign_group"]
@@ -70,16 +71,22 @@ def assign_group(
         + [m.seen.max_term for m in metas.values() if m.seen is not None]
         + [m.seen.leader.term for m in metas.values() if m.seen and m.seen.leader]
     )
-    admitted, rejected = _admit(generation, metas, previous)
-    candidates = _candidates(generation, metas, previous)
-    leader = _elect(generation, candidates, previous, known_term)
+    admitted, rejected = seat_members(
+        _sessions(metas, MEMBER), {} if previous is None else previous.members, generation
+    )
+    candidates = rank_candidates(
+        _sessions(metas, CANDIDATE), () if previous is None else previous.candidates, generation
+    )
+    leader = elect(
+        candidates, None if previous is None else previous.leader, generation, known_term
+    )
     return Broadcast(
         kgen=generation,
         group_leader=group_leader,
         leader=leader,
         members={seat.id: seat for seat in admitted},
         candidates=candidates,
-        rejected=frozenset(rejected),
+        rejected=rejected,
         max_term=max(known_term, 0 if leader is None else leader.term),
     )
 
@@ -89,61 +96,8 @@ def _freshest_seen(metas: Iterable[MemberMeta]) -> Broadcast | None:
     return max(seen, key=lambda b: b.kgen, default=None)
 
 
-def _sessions(metas: Mapping[str, MemberMeta], role: Role) -> list[tuple[str, MemberMeta]]:
-    return sorted((kid, m) for kid, m in metas.items() if m.role == role)
-
-
-def _admit(
-    generation: int, metas: Mapping[str, MemberMeta], previous: Broadcast | None
-) -> tuple[list[Seat], list[str]]:
-    """One seat per shoal id: the incarnation admitted before if it is still here, else the
-    session with the lowest Kafka member id. The others are rejected."""
-    by_id: dict[MemberId, list[tuple[str, MemberMeta]]] = {}
-    for kid, meta in _sessions(metas, MEMBER):
-        by_id.setdefault(meta.id, []).append((kid, meta))
-    admitted: list[Seat] = []
-    rejected: list[str] = []
-    for member_id, sessions in sorted(by_id.items()):
-        before = previous.members.get(member_id) if previous is not None else None
-        chosen = next(
-            ((kid, m) for kid, m in sessions if before is not None and m.inc == before.inc),
-            sessions[0],
-        )
-        kid, meta = chosen
-        since = before.since if before is not None and before.inc == meta.inc else generation
-        admitted.append(Seat(meta.id, meta.inc, kid, since))
-        rejected.extend(k for k, _ in sessions if k != kid)
-    return admitted, rejected
-
-
-def _candidates(
-    generation: int, metas: Mapping[str, MemberMeta], previous: Broadcast | None
-) -> tuple[Seat, ...]:
-    known = {} if previous is None else {(s.id, s.inc): s.since for s in previous.candidates}
-    seats = [
-        Seat(meta.id, meta.inc, kid, known.get((meta.id, meta.inc), generation))
-        for kid, meta in _sessions(metas, CANDIDATE)
-    ]
-    return tuple(sorted(seats, key=lambda s: (s.since, s.id, s.member)))
-
-
-def _elect(
-    generation: int,
-    candidates: tuple[Seat, ...],
-    previous: Broadcast | None,
-    known_term: int,
-) -> LeaderSeat | None:
-    incumbent = None if previous is None else previous.leader
-    if incumbent is not None:
-        for seat in candidates:
-            if (seat.id, seat.inc) == (incumbent.id, incumbent.inc):
-                return LeaderSeat(seat.id, seat.inc, seat.member, incumbent.term, incumbent.since)
-    if not candidates:
-        return None
-    winner = candidates[0]  # sorted: seen longest, then by id
-    return LeaderSeat(
-        winner.id, winner.inc, winner.member, max(generation, known_term + 1), generation
-    )
+def _sessions(metas: Mapping[str, MemberMeta], role: Role) -> list[Session]:
+    return [Session(kid, m.id, m.inc) for kid, m in metas.items() if m.role == role]
 
 
 class ShoalAssignor(AbstractPartitionAssignor):  # type: ignore[misc]

@@ -19,16 +19,15 @@ from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
 from adapters._json import StatsJson, decode_json, stats_to_json
 from adapters._json import dumps as shared_dumps
+from core.coordination import LeaderSeat, Seat
 from core.model import MemberId, MemberStats
 
 __all__ = [
     "CANDIDATE",
     "MEMBER",
     "Broadcast",
-    "LeaderSeat",
     "MemberMeta",
     "Role",
-    "Seat",
     "decode_broadcast",
     "decode_meta",
     "decode_stats_record",
@@ -48,32 +47,6 @@ def dumps(value: object) -> bytes:
 
 
 # --- broadcast ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Seat:
-    """An admitted member or a candidate in one broadcast.
-
-    ``inc`` (incarnation) tells two sessions of one id apart; ``member`` is Kafka's member
-    id of the session; ``since`` is the Kafka generation in which this incarnation was
-    first seen by an assignor.
-    """
-
-    id: MemberId
-    inc: str
-    member: str
-    since: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderSeat:
-    """The shoal leader a broadcast names; ``term`` is its fencing token."""
-
-    id: MemberId
-    inc: str
-    member: str
-    term: int
-    since: int
 
 
 @dataclass(frozen=True, slots=True)

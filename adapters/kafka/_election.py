@@ -26,10 +26,10 @@ import time
 
 import anyio
 
-from adapters.kafka._coord_codec import CANDIDATE, Broadcast, LeaderSeat
+from adapters.kafka._coord_codec import CANDIDATE, Broadcast
 from adapters.kafka._coord_participant import GroupParticipant
 from adapters.kafka._group import GroupSession
-from core.coordination import Leader
+from core.coordination import Leader, LeaderSeat
 from core.errors import ShoalError
 from core.model import MemberId
 from core.ports import LeaderInfo

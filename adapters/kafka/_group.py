@@ -9,7 +9,7 @@ no fetching at all (a consumer that is not polled leaves its group after
 ``max.poll.interval.ms``). The protocol is the consumer protocol with exactly one
 assignor, ``shoal`` (``ShoalAssignor``), so Kafka's tools show the group as usual.
 
-Lease rules (``SessionDeadline``):
+Lease rules (``core.lease.LeaseDeadline``, the rule every store's lease keeps):
 - The deadline is the send time of the last request the broker answered *as to a current
   member* (Heartbeat, JoinGroup and SyncGroup without error) plus the session timeout: the
   broker cannot have expired the session before it. ``is_lost`` compares the monotonic
@@ -54,8 +54,9 @@ from adapters.kafka._coord_aiokafka import (
 from adapters.kafka._coord_codec import Broadcast
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
+from core.lease import LeaseDeadline
 
-__all__ = ["GroupSession", "SessionDeadline"]
+__all__ = ["GroupSession"]
 
 _log = logging.getLogger("shoal.adapters.kafka.group")
 
@@ -79,22 +80,6 @@ class _Evicted(Exception):
 
 class _Retry(Exception):
     """Try again after a backoff (coordinator moved, connection lost, broker starting)."""
-
-
-class SessionDeadline:
-    """The lease rule of a session (see the module docstring), apart from the protocol."""
-
-    def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
-        self.deadline = 0.0
-        self.synced = False  # before the first sync there is no lease to lose
-
-    def answered(self, sent: float) -> None:
-        """The broker answered a request sent at ``sent`` as to a current member."""
-        self.deadline = max(self.deadline, sent + self.ttl)
-
-    def is_lost(self, now: float, margin: float = 0.0) -> bool:
-        return self.synced and now + margin >= self.deadline
 
 
 class GroupSession:
@@ -134,7 +119,7 @@ class GroupSession:
         self.broadcast_at = 0.0
         self.deposed_term: int | None = None  # set when this session's assign() deposed one
         self.lost_reason = ""
-        self._lease = SessionDeadline(self.lease_ttl)
+        self._deadline = LeaseDeadline(self.lease_ttl, 0.0)
         self._lost = anyio.Event()
         self._synced = anyio.Event()
         self._wake = anyio.Event()
@@ -149,10 +134,14 @@ class GroupSession:
 
     @property
     def deadline(self) -> float:
-        return self._lease.deadline
+        return self._deadline.at
 
     def is_lost(self, margin: float = 0.0) -> bool:
-        return self._lost.is_set() or self._lease.is_lost(time.monotonic(), margin)
+        return self._lost.is_set() or self._expired(time.monotonic(), margin)
+
+    def _expired(self, now: float, margin: float = 0.0) -> bool:
+        """Past the deadline, once synced: before the first sync there is no lease to lose."""
+        return self._synced.is_set() and self._deadline.passed(now, margin)
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
@@ -278,11 +267,11 @@ class GroupSession:
             self._check_deadline()
 
     def _check_deadline(self) -> None:
-        if self._lease.is_lost(time.monotonic()):
+        if self._expired(time.monotonic()):
             self._lose(f"no heartbeat accepted within its {self.lease_ttl:g} s TTL")
 
     async def _expire_paused(self) -> None:
-        await anyio.sleep(max(0.0, self._lease.deadline - time.monotonic()))
+        await anyio.sleep(max(0.0, self._deadline.at - time.monotonic()))
         self._lose(f"not renewed within its {self.lease_ttl:g} s TTL (paused)")
 
     async def _wait_wake(self) -> None:
@@ -322,18 +311,18 @@ class GroupSession:
 
     async def _heartbeat(self, client: Any) -> bool:
         """Wait one interval, heartbeat; True when a rejoin is needed."""
-        wait = min(self.heartbeat_interval, max(0.0, self._lease.deadline - time.monotonic()))
+        wait = min(self.heartbeat_interval, max(0.0, self._deadline.at - time.monotonic()))
         with anyio.move_on_after(wait):
             await self._wait_wake()
         if self._rejoin or self._paused or self._lost.is_set():
             return self._rejoin
         sent = time.monotonic()
-        bound = min(self.settings.request_timeout, max(self._lease.deadline - sent, 0.001))
+        bound = min(self.settings.request_timeout, max(self._deadline.at - sent, 0.001))
         request = HeartbeatRequest(self.group_id, self.generation, self.kafka_member_id)
         response = await self._call(client, request, bound)
         code = int(response.error_code)
         if code == 0:
-            self._lease.answered(sent)
+            self._deadline = self._deadline.renewed(sent)
             return False
         if code in (_REBALANCE_IN_PROGRESS, _ILLEGAL_GENERATION):
             return True  # rejoin now; no renewal (see the module docstring)
@@ -364,7 +353,7 @@ class GroupSession:
                 self.kafka_member_id = str(response.member_id)
                 continue
             if code == _UNKNOWN_MEMBER_ID:
-                if self._lease.synced:
+                if self._synced.is_set():
                     raise _Evicted("the broker does not know this member any more (join)")
                 self.kafka_member_id = ""
                 raise _Retry("JoinGroup: unknown member id")
@@ -378,7 +367,7 @@ class GroupSession:
             if code != 0:
                 raise _Retry(f"JoinGroup error {code}")
             break
-        self._lease.answered(join_sent)
+        self._deadline = self._deadline.renewed(join_sent)
         self.kafka_member_id = str(response.member_id)
         self.generation = int(response.generation_id)
         self.deposed_term = None
@@ -399,7 +388,7 @@ class GroupSession:
         self._check_code(code, "SyncGroup")
         if code != 0:
             raise _Retry(f"SyncGroup error {code}")
-        self._lease.answered(sent)
+        self._deadline = self._deadline.renewed(sent)
         assignment = ConsumerProtocol.ASSIGNMENT.decode(bytes(answer.member_assignment))
         try:
             assignor.on_assignment(assignment)
@@ -407,7 +396,6 @@ class GroupSession:
             raise _Retry(f"undecodable assignment: {exc}") from exc
         self.broadcast = assignor.last
         self.broadcast_at = time.monotonic()
-        self._lease.synced = True
         self._synced.set()
         _log.debug(
             "group %s: generation %d synced for %s (%s)",
