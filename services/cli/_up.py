@@ -64,7 +64,8 @@ from infra.local.servers import (
 from services.cli._keys import new_admin_key
 from services.cli._status import state_file
 from services.cli.devices import LoadGenerator, LoadPlan
-from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS, HandlerSettings
+from services.common.backends import COORDINATION_BACKENDS
+from services.common.settings import TRANSPORT_BACKENDS, HandlerSettings
 from services.common.table import LandedSummary, landed_summary
 from services.common.table_address import is_object_store
 

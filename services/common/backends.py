@@ -91,6 +91,49 @@ def datacenter_backends(transport: str) -> DatacenterBackends:
     return DatacenterBackends(*(_imported(path) for path in _DATACENTER_CLASSES[transport]))
 
 
+@dataclass(frozen=True, slots=True)
+class Store:
+    """A coordination store written as a dialect of ``CoordinationStore``: the dialect, its
+    settings (a ``StoreTiming``, built with the group) and the settings those compose
+    (read first at start-up, so that a bad value is named by its own variable)."""
+
+    dialect: str
+    settings: str
+    composes: tuple[str, ...] = ()
+
+
+# A new store is one line here. Kafka's group protocol is the one store with ports of its
+# own (``Kafka{port}``).
+STORES: dict[str, Store] = {
+    "etcd": Store("adapters.etcd:EtcdCoordinationStore", "adapters.etcd:EtcdSettings"),
+    "redis": Store("adapters.redis:RedisCoordinationStore", "adapters.redis:RedisSettings"),
+    "nats": Store(
+        "adapters.natskv:NatsKvCoordinationStore",
+        "adapters.natskv:NatsKvSettings",
+        composes=("adapters.nats:NatsSettings",),
+    ),
+}
+COORDINATION_BACKENDS = (*STORES, "kafka")
+
+
+def _store_providers(
+    config: providers.Configuration,
+) -> tuple[providers.Selector[Any], providers.Selector[Any]]:
+    """Selectors on ``SHOAL_COORDINATION`` of the store's dialect (a new one per call) and
+    of its timing, for each store of ``STORES``; nothing for Kafka."""
+    dialects: dict[str, providers.Provider[Any]] = {}
+    timings: dict[str, providers.Provider[Any]] = {}
+    for name, store in STORES.items():
+        settings = providers.Singleton(deferred(store.settings), group=config.group)
+        dialects[name] = providers.Factory(deferred(store.dialect), settings)
+        timings[name] = providers.Factory(deferred("adapters.coordination:timing_of"), settings)
+    none: providers.Object[None] = providers.Object(None)
+    return (
+        providers.Selector(config.coordination, kafka=none, **dialects),
+        providers.Selector(config.coordination, kafka=none, **timings),
+    )
+
+
 def _port(
     config: providers.Configuration,
     port: str,
@@ -103,48 +146,22 @@ def _port(
     over_store = providers.Factory(deferred(f"adapters.coordination:Store{port}"), store, timing)
     return providers.Selector(
         config.coordination,
-        etcd=over_store,
-        redis=over_store,
         kafka=providers.Factory(deferred(f"adapters.kafka:Kafka{port}"), kafka_settings),
-        nats=over_store,
+        **dict.fromkeys(STORES, over_store),
     )
 
 
 class Backends(containers.DeclarativeContainer):
     config = providers.Configuration(strict=True)
 
-    etcd_settings = providers.Singleton(deferred("adapters.etcd:EtcdSettings"), group=config.group)
-    redis_settings = providers.Singleton(
-        deferred("adapters.redis:RedisSettings"), group=config.group
-    )
     kafka_settings = providers.Singleton(
         deferred("adapters.kafka:KafkaSettings"), group=config.group, partitions=config.partitions
     )
     nats_settings = providers.Singleton(deferred("adapters.nats:NatsSettings"))
-    # coordination on NATS KV: the transport's connection settings, a bucket per group
-    natskv_settings = providers.Singleton(
-        deferred("adapters.natskv:NatsKvSettings"), group=config.group, nats=nats_settings
-    )
-
     # The coordination ports are written once (adapters.coordination) over the selected
     # store's dialect of the CoordinationStore port; each adapter gets a dialect instance
-    # (its own connection). Kafka's group protocol is the one store with ports of its own.
-    coordination_store = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(deferred("adapters.etcd:EtcdCoordinationStore"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.redis:RedisCoordinationStore"), redis_settings),
-        kafka=providers.Object(None),
-        nats=providers.Factory(
-            deferred("adapters.natskv:NatsKvCoordinationStore"), natskv_settings
-        ),
-    )
-    timing = providers.Selector(
-        config.coordination,
-        etcd=providers.Factory(deferred("adapters.coordination:timing_of"), etcd_settings),
-        redis=providers.Factory(deferred("adapters.coordination:timing_of"), redis_settings),
-        kafka=providers.Object(None),
-        nats=providers.Factory(deferred("adapters.coordination:timing_of"), natskv_settings),
-    )
+    # (its own connection).
+    coordination_store, timing = _store_providers(config)
     membership = _port(config, "Membership", coordination_store, timing, kafka_settings)
     load_reports = _port(config, "LoadReports", coordination_store, timing, kafka_settings)
     election = _port(config, "Election", coordination_store, timing, kafka_settings)
@@ -176,25 +193,23 @@ class Backends(containers.DeclarativeContainer):
     )
 
 
+# The transports' settings and Kafka's (coordination on Kafka reads KafkaSettings).
 BACKEND_SETTINGS: dict[str, str] = {
-    "etcd": "adapters.etcd:EtcdSettings",
-    "redis": "adapters.redis:RedisSettings",
     "kafka": "adapters.kafka:KafkaSettings",
     "nats": "adapters.nats:NatsSettings",
 }
-# What a coordination backend reads besides its connection settings above (read after them,
-# so a bad SHOAL_NATS_* is named as such).
-COORDINATION_SETTINGS: dict[str, str] = {"nats": "adapters.natskv:NatsKvSettings"}
 
 
 def check_backend_settings(coordination: str, transport: str) -> None:
     """Read the chosen backends' settings once, before anything connects: a bad value (a
     half-configured credential, a TLS file that is not there) exits with status 2 and
     ``error: SHOAL_X_Y: ...`` instead of a traceback from inside the container."""
-    for name in dict.fromkeys((coordination, transport)):
-        load_settings(_settings_class(BACKEND_SETTINGS[name]))
-    if coordination in COORDINATION_SETTINGS:
-        load_settings(_settings_class(COORDINATION_SETTINGS[coordination]))
+    store = STORES.get(coordination)
+    read = (BACKEND_SETTINGS[transport],) + (
+        (BACKEND_SETTINGS[coordination],) if store is None else (*store.composes, store.settings)
+    )
+    for path in dict.fromkeys(read):
+        load_settings(_settings_class(path))
 
 
 def _settings_class(path: str) -> type[BaseSettings]:

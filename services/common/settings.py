@@ -20,7 +20,6 @@ from core.modes import ConsumptionMode, mode_problem
 from core.partitioning import DEFAULT_PARTITIONS
 from core.routing import ClusterMap, parse_cluster_map
 
-COORDINATION_BACKENDS = ("etcd", "redis", "kafka", "nats")
 TRANSPORT_BACKENDS = ("nats", "kafka")
 
 
@@ -47,6 +46,8 @@ class ShoalSettings(BaseSettings):
     @field_validator("coordination")
     @classmethod
     def _known_coordination(cls, value: str) -> str:
+        from services.common.backends import COORDINATION_BACKENDS  # noqa: PLC0415 (a cycle)
+
         return _one_of(value, COORDINATION_BACKENDS)
 
     @field_validator("transport")

@@ -20,7 +20,8 @@ import pytest
 
 from infra.local.servers import free_port
 from services.cli.devices import LoadGenerator, LoadPlan
-from services.common.settings import COORDINATION_BACKENDS, TRANSPORT_BACKENDS
+from services.common.backends import COORDINATION_BACKENDS
+from services.common.settings import TRANSPORT_BACKENDS
 from tests._processes import alive, descendants
 from tests.e2e._landed import landed_ids, read_landed
 
