@@ -25,6 +25,7 @@ import pytest
 
 from adapters.delta.table import DeltaLandedTable
 from adapters.parquet import ParquetSettings, ParquetSink
+from adapters.parquet._sink import _Handoff
 from core.errors import CommitConflictError, OwnershipLostError
 from core.messages import LandedRow
 from core.model import Partition
@@ -74,7 +75,7 @@ class StallingSink(ParquetSink):
         self.stalled = threading.Event()
 
     def _write_sync(
-        self, rows: list[LandedRow], valid: Callable[[], bool]
+        self, rows: list[LandedRow], valid: Callable[[], bool], handoff: _Handoff
     ) -> tuple[LandedFile, ...]:
         def stalling_valid() -> bool:
             if len(self.outcomes) == 1:
@@ -84,7 +85,7 @@ class StallingSink(ParquetSink):
                 time.sleep(0.01)  # the worker thread is what stalls here
             return valid()
 
-        return super()._write_sync(rows, stalling_valid)
+        return super()._write_sync(rows, stalling_valid, handoff)
 
     async def write(
         self, rows: Sequence[LandedRow], *, still_valid: Callable[[], bool] | None = None
