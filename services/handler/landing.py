@@ -360,7 +360,8 @@ class Lander:
             attempt, batch.unconfirmed = batch.unconfirmed, None
             if await self._landed(attempt):
                 return attempt.rows, attempt.files
-            await self._sink.discard(attempt.files)
+            with anyio.CancelScope(shield=True):  # nobody else knows these files
+                await self._sink.discard(attempt.files)
         plan = await self._plan(batch)
         rows = [r for r in batch.rows if r.envelope.message_id in plan.keep]
         if not rows:
@@ -369,8 +370,10 @@ class Lander:
         files = await self._sink.write(rows, still_valid=self._still_owned)
         if not self._still_owned():
             # Not needed for exactly-once (the table's fence is), but a handler paused past
-            # its lease commits nothing.
-            await self._sink.discard(files)
+            # its lease commits nothing. Shielded: woken past its lease, the handler is
+            # being cancelled too, and the files are nobody else's to remove.
+            with anyio.CancelScope(shield=True):
+                await self._sink.discard(files)
             raise OwnershipLostError("the lease was about to expire before the commit")
         attempt = _Attempt(secrets.randbits(62) + 1, plan, rows, files)
         try:
