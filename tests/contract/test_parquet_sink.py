@@ -167,22 +167,9 @@ async def test_a_cancelled_write_stores_nothing_even_after_its_thread_finishes(
     assert tree(tmp_path, "*.parquet") == []
 
 
-@pytest.mark.anyio
-async def test_a_write_cancelled_while_its_file_goes_to_disk_leaves_no_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Past the ownership check, storing: a handler SIGSTOPped here, whose lease ran out,
-    # is cancelled when it wakes; its thread finishes the file and must remove it.
-    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
-    storing, release, finished = threading.Event(), threading.Event(), threading.Event()
-    real_fsync = os.fsync
-
-    def slow_disk(fd: int) -> None:
-        if not Path(f"/proc/self/fd/{fd}").is_dir():
-            storing.set()
-            release.wait(10)
-        real_fsync(fd)
-
+def thread_finished(sink: ParquetSink, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set once a write's worker thread has ended, whatever became of its caller."""
+    finished = threading.Event()
     real_write_sync = sink._write_sync
 
     def watched(*args: Any) -> Any:
@@ -191,8 +178,28 @@ async def test_a_write_cancelled_while_its_file_goes_to_disk_leaves_no_file(
         finally:
             finished.set()
 
-    monkeypatch.setattr(os, "fsync", slow_disk)
     monkeypatch.setattr(sink, "_write_sync", watched)
+    return finished
+
+
+@pytest.mark.anyio
+async def test_a_write_cancelled_while_its_file_goes_to_disk_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past the ownership check, storing: a handler SIGSTOPped here, whose lease ran out,
+    # is cancelled when it wakes; its thread finishes the file and must remove it.
+    sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
+    storing, release = threading.Event(), threading.Event()
+    finished = thread_finished(sink, monkeypatch)
+    real_fsync = os.fsync
+
+    def slow_disk(fd: int) -> None:
+        if not Path(f"/proc/self/fd/{fd}").is_dir():
+            storing.set()
+            release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_disk)
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(sink.write, [row(1), row(2)])
@@ -212,16 +219,7 @@ async def test_a_write_cancelled_as_it_hands_its_files_over_leaves_no_file(
     # the thread sees the cancellation before it hands them over and removes them, or the
     # cancelled call gets them handed over and removes them; never nobody.
     sink = ParquetSink(ParquetSettings(data_dir=tmp_path))
-    finished = threading.Event()
-    real_write_sync = sink._write_sync
-
-    def watched(*args: Any) -> Any:
-        try:
-            return real_write_sync(*args)
-        finally:
-            finished.set()
-
-    monkeypatch.setattr(sink, "_write_sync", watched)
+    finished = thread_finished(sink, monkeypatch)
     checks = 0
     with anyio.CancelScope() as scope:
 
