@@ -5,12 +5,10 @@ generations, partition holds and project registrations.
 the next state and whether the write was accepted (with the reason when it was not). A
 refused write changes nothing. Every store applies these methods as they are: the ports
 written once over a key-value dialect (``adapters.coordination``: read, decide here, write
-if the revision did not move) and the Kafka coordination log (replayed in offset order);
-Kafka's group protocol seats its sessions with ``seat_members`` and ``elect`` below, which
-decide by ``join`` and ``lead``. The coordination contract suite walks every store and this
-model through the same random steps (joins, leaves, lease expiries, campaigns,
-resignations, publishes, claims, releases, registrations: 10 seeds of 200 steps) and
-requires the same outcomes and states (``tests/contract``).
+if the revision did not move) and the in-memory adapters. The coordination contract suite
+walks every store and this model through the same random steps (joins, leaves, lease
+expiries, campaigns, resignations, publishes, claims, releases, registrations: 10 seeds of
+200 steps) and requires the same outcomes and states (``tests/contract``).
 
 The rules:
 
@@ -31,8 +29,8 @@ The rules:
   live is always accepted), so a flood of new project ids cannot grow the store without
   bound. Times are the caller's clock (seconds); the model only compares them.
 
-Versions (a hold's ``version``, a leader's ``term``) come from the store: etcd revisions,
-Kafka offsets, the in-memory store's counter. The model only compares them.
+Versions (a hold's ``version``, a leader's ``term``) come from the store: its revisions
+(``core.keyspace``), the in-memory store's counter. The model only compares them.
 """
 
 from __future__ import annotations
@@ -49,15 +47,9 @@ __all__ = [
     "CoordinationState",
     "Hold",
     "Leader",
-    "LeaderSeat",
     "Registration",
-    "Seat",
-    "Session",
-    "elect",
-    "rank_candidates",
     "registration",
     "replaced_version",
-    "seat_members",
     "supersedes",
     "unseen",
 ]
@@ -79,7 +71,7 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class Leader:
     """The leadership in office: ``term`` is its fencing token. ``incarnation`` tells two
-    runs of one leader id apart where the store needs it (Kafka); empty elsewhere."""
+    runs of one leader id apart (a leader that restarted under the same id)."""
 
     leader_id: MemberId
     term: int
@@ -337,104 +329,3 @@ def registration(
         added=frozenset(i for i in ids if i in now_live and i not in was),
         refused=frozenset(i for i in ids if i not in now_live),
     )
-
-
-# -- seating a group protocol's sessions (Kafka's rebalance) --------------------------------
-# Where the store is a group protocol rather than keys, one process (Kafka's group leader)
-# decides in each round who holds a member's seat and who leads, from the sessions present
-# and the previous round's result. The decisions are the model's: admission is ``join``
-# (one live member per id), election is ``lead`` (a new term above every term known).
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """A session present in one round: ``member`` is the group's own id for it (Kafka's
-    member id, unique in the round); ``id`` says which member or candidate it is and
-    ``inc`` which incarnation (two sessions of one id are told apart by it)."""
-
-    member: str
-    id: MemberId
-    inc: str
-
-
-@dataclass(frozen=True, slots=True)
-class Seat:
-    """A seated session: ``since`` is the round in which this incarnation was first
-    seated (how long a candidate has been seen)."""
-
-    id: MemberId
-    inc: str
-    member: str
-    since: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderSeat:
-    """The leader a round names; ``term`` is its fencing token."""
-
-    id: MemberId
-    inc: str
-    member: str
-    term: int
-    since: int
-
-
-def seat_members(
-    sessions: Iterable[Session], previous: Mapping[MemberId, Seat], round_number: int
-) -> tuple[tuple[Seat, ...], frozenset[str]]:
-    """The seats of round ``round_number`` and the sessions rejected. The sessions join in
-    turn (``CoordinationState.join``): first each incarnation seated in ``previous`` that is
-    still present (it keeps its seat and its ``since``), then the others by session id; a
-    join the model refuses (its id is seated) rejects that session."""
-
-    def turn(session: Session) -> tuple[bool, str]:
-        before = previous.get(session.id)
-        return (before is None or before.inc != session.inc, session.member)
-
-    state = CoordinationState()
-    seats: list[Seat] = []
-    rejected: set[str] = set()
-    for session in sorted(sessions, key=turn):
-        applied = state.join(session.id)
-        if not applied.accepted:
-            rejected.add(session.member)
-            continue
-        state = applied.state
-        before = previous.get(session.id)
-        since = before.since if before is not None and before.inc == session.inc else round_number
-        seats.append(Seat(session.id, session.inc, session.member, since))
-    return tuple(sorted(seats, key=lambda seat: seat.id)), frozenset(rejected)
-
-
-def rank_candidates(
-    sessions: Iterable[Session], previous: Iterable[Seat], round_number: int
-) -> tuple[Seat, ...]:
-    """The candidates of round ``round_number``, seen longest first (then by id and session):
-    an incarnation ranked in ``previous`` keeps its ``since``."""
-    known = {(seat.id, seat.inc): seat.since for seat in previous}
-    seats = (Seat(s.id, s.inc, s.member, known.get((s.id, s.inc), round_number)) for s in sessions)
-    return tuple(sorted(seats, key=lambda seat: (seat.since, seat.id, seat.member)))
-
-
-def elect(
-    candidates: Sequence[Seat],
-    incumbent: LeaderSeat | None,
-    round_number: int,
-    known_term: int,
-) -> LeaderSeat | None:
-    """The leader of round ``round_number`` among ``candidates`` (``rank_candidates``).
-    The incumbent's incarnation, still a candidate, keeps its leadership and term;
-    otherwise the first candidate takes office with a term the model's ``lead`` accepts:
-    above ``known_term`` (every term any session knows), and at least the round number."""
-    if incumbent is not None:
-        for seat in candidates:
-            if (seat.id, seat.inc) == (incumbent.id, incumbent.inc):
-                return LeaderSeat(seat.id, seat.inc, seat.member, incumbent.term, incumbent.since)
-    if not candidates:
-        return None
-    winner = candidates[0]
-    proposed = Leader(winner.id, max(round_number, known_term + 1), winner.inc)
-    office = CoordinationState(max_term=known_term).lead(proposed).state.leader
-    if office is None:
-        return None
-    return LeaderSeat(winner.id, winner.inc, winner.member, office.term, round_number)

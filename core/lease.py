@@ -1,11 +1,11 @@
 """``LeaseDeadline``: when a lease kept alive by its holder may have expired at the store.
 
-One rule for every store's lease (a key-value store's lease renewed by ``adapters._lease``,
-a Kafka group session kept by heartbeats): the deadline is the send time of the last
-renewal the store confirmed, plus the TTL. The store received that renewal no earlier than
-it was sent, so it cannot have expired the lease before the deadline; past it, the holder
-must act as if it had. Only a confirmed renewal moves it, and never back (a late answer to
-an older request). Times are the holder's monotonic clock, passed in.
+One rule for every store's lease (renewed by ``adapters._lease``): the deadline is the
+send time of the last renewal the store confirmed, plus the TTL. The store received that
+renewal no earlier than it was sent, so it cannot have expired the lease before the
+deadline; past it, the holder must act as if it had. Only a confirmed renewal moves it,
+and never back (a late answer to an older request). Times are the holder's monotonic
+clock, passed in.
 """
 
 from __future__ import annotations

@@ -13,45 +13,31 @@ and purges them), registration replies to ``shoal.reg``. ``KafkaHistory`` reads 
 topic again (``shoal replay``), by offset or by time.
 ``KafkaSettings`` (env ``SHOAL_KAFKA_*``) is shared with the coordination adapters.
 
-Coordination (``KafkaMembership``, ``KafkaLoadReports``, ``KafkaElection``,
-``KafkaAssignmentStore``, ``KafkaHoldStore``, ``KafkaProjectRegistry``): the two-level
-design. Members and leader candidates are sessions of the consumer group
-``shoal.{group}.coord`` (the broker's group coordinator tracks them and picks a group
-leader); the group leader's ``ShoalAssignor`` admits members and elects the shoal leader
-among candidates, and every session receives the whole result. Assignments, holds and
-projects are requests in the coordination log ``shoal.{group}.coord-log``, decided by
-replay (compare-and-set by total order). Membership is presence only: load reports go,
-via ``KafkaLoadReports``, to the compacted ``shoal.{group}.stats`` (by member id and
-session incarnation), and show only while their member's session is in the group.
+Coordination (``KafkaCoordinationStore``, settings ``KafkaKvSettings``): the
+``CoordinationStore`` port as a log, ``shoal.{group}.kv``: every write a request decided
+by its position when replayed, leases kept in the log's time (``_kv``); the coordination
+ports are ``adapters.coordination``'s, as on every store.
 """
 
 from adapters._dead_letter import DeadLetterHook, DeadLetterReason, log_dead_letter
 from adapters.kafka._dead_letter_queue import KafkaDeadLetterQueue
-from adapters.kafka._election import KafkaElection, KafkaLeadership
 from adapters.kafka._history import KafkaHistory
 from adapters.kafka._idempotency import KafkaIdempotencyStore
-from adapters.kafka._membership import KafkaMembership, KafkaMembershipLease
-from adapters.kafka._reports import KafkaLoadReports
+from adapters.kafka._kv import KafkaCoordinationStore
+from adapters.kafka._kv_settings import KafkaKvSettings
 from adapters.kafka._settings import KafkaSettings
-from adapters.kafka._store import KafkaAssignmentStore, KafkaHoldStore, KafkaProjectRegistry
 from adapters.kafka._subscription import KafkaDelivery, KafkaSubscription
 from adapters.kafka._transport import KafkaTransport, kafka_partitioner
 
 __all__ = [
     "DeadLetterHook",
     "DeadLetterReason",
-    "KafkaAssignmentStore",
+    "KafkaCoordinationStore",
     "KafkaDeadLetterQueue",
     "KafkaDelivery",
-    "KafkaElection",
     "KafkaHistory",
-    "KafkaHoldStore",
     "KafkaIdempotencyStore",
-    "KafkaLeadership",
-    "KafkaLoadReports",
-    "KafkaMembership",
-    "KafkaMembershipLease",
-    "KafkaProjectRegistry",
+    "KafkaKvSettings",
     "KafkaSettings",
     "KafkaSubscription",
     "KafkaTransport",

@@ -28,7 +28,7 @@ from adapters.kafka._aiokafka import (
 from adapters.kafka._settings import KafkaSettings
 from core.errors import DurabilityError
 
-__all__ = ["committed", "ensure_topics"]
+__all__ = ["committed", "create_topics", "ensure_topics"]
 
 log = logging.getLogger("shoal.adapters.kafka")
 
@@ -63,16 +63,22 @@ async def ensure_topics(admin: Any, settings: KafkaSettings) -> None:
                 topic_configs={**base, "retention.ms": str(3600 * 1000)},
             ),
         ]
-        response = await admin.create_topics(wanted, timeout_ms=s.ms(s.request_timeout))
-        for item in response.topic_errors:
-            name, code = item[0], item[1]
-            message = item[2] if len(item) > 2 else None
-            if code == 0:
-                log.info("created topic %s", name)
-            elif code != _TOPIC_ALREADY_EXISTS:
-                raise _error(code, f"cannot create topic {name}: {message}")
+        await create_topics(admin, s, wanted)
     replicas = await _check_partitions(admin, s)
     await _check_durability(admin, s, replicas)
+
+
+async def create_topics(admin: Any, settings: KafkaSettings, topics: list[Any]) -> None:
+    """Create each of ``topics`` (``NewTopic``s) that is missing; one that exists is left
+    as it is. The broker's refusal of any other raises its ``KafkaError``."""
+    response = await admin.create_topics(topics, timeout_ms=settings.ms(settings.request_timeout))
+    for item in response.topic_errors:
+        name, code = item[0], int(item[1])
+        message = item[2] if len(item) > 2 else None
+        if code == 0:
+            log.info("created topic %s", name)
+        elif code != _TOPIC_ALREADY_EXISTS:
+            raise _error(code, f"cannot create topic {name}: {message}")
 
 
 async def _check_durability(admin: Any, s: KafkaSettings, replicas: int) -> None:

@@ -13,7 +13,6 @@ so an answer another gateway remembered before the call is seen.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,18 +21,15 @@ import anyio
 
 from adapters._idempotency_book import AnswerBook
 from adapters._lifecycle import Lifecycle
-from adapters.kafka._aiokafka import AIOKafkaAdminClient, NewTopic, for_code
-from adapters.kafka._coord_tail import Appender, TopicTail
+from adapters.kafka._admin import create_topics
+from adapters.kafka._aiokafka import AIOKafkaAdminClient, NewTopic
 from adapters.kafka._login import check_login, reaching
 from adapters.kafka._settings import KafkaSettings
+from adapters.kafka._tail import Appender, TopicTail
 from core.errors import StoreUnavailableError
 from core.idempotency import IdempotentAnswer, decode_answer, encode_answer, scope
 
 __all__ = ["KafkaIdempotencyStore"]
-
-log = logging.getLogger("shoal.adapters.kafka")
-
-_TOPIC_ALREADY_EXISTS = 36
 
 
 class KafkaIdempotencyStore(Lifecycle):
@@ -94,14 +90,7 @@ class KafkaIdempotencyStore(Lifecycle):
                     "segment.ms": window_ms,
                 },
             )
-            response = await admin.create_topics([topic], timeout_ms=s.ms(s.request_timeout))
-            for item in response.topic_errors:
-                name, code = item[0], int(item[1])
-                if code == 0:
-                    log.info("created topic %s", name)
-                elif code != _TOPIC_ALREADY_EXISTS:
-                    message = item[2] if len(item) > 2 else None
-                    raise for_code(code)(f"cannot create topic {name}: {message}")
+            await create_topics(admin, s, [topic])
         finally:
             await admin.close()
 

@@ -1,6 +1,7 @@
 """``KafkaSettings``: everything the Kafka adapters read (env prefix ``SHOAL_KAFKA_``).
 
-Shared by the transport and the Kafka coordination adapters. Names:
+Shared by the transport and the Kafka coordination store (``KafkaKvSettings`` composes
+it). Names:
 
 - ``topic`` (``shoal.data``): the data topic, ``partitions`` partitions (one per shoal
   partition, same number as on NATS), created on first use with ``replication_factor``;
@@ -9,9 +10,7 @@ Shared by the transport and the Kafka coordination adapters. Names:
   ``shoal.{group}.handler.{position}``): the consumer group under which the transport
   commits offsets, in transactions of one transactional producer per partition
   (``transactional.id`` ``{offsets_group_id}:{topic}:{partition}``: the fence against a
-  superseded subscriber). It never joins that group (it ``assign()``s partitions), so the
-  coordination adapters must use another group id for membership (a group with live
-  members refuses commits from outside it).
+  superseded subscriber). It never joins that group: it ``assign()``s partitions.
 """
 
 from __future__ import annotations
@@ -91,12 +90,6 @@ class KafkaSettings(ConnectionSecurity):
     dead_letter_topic: str = Field(default="shoal.dlq", pattern=_TOPIC)
     registration_topic: str = Field(default="shoal.reg", pattern=_TOPIC)
     create_topics: bool = Field(default=True, description="create missing topics on enter")
-    coord_log_compact_records: int = Field(
-        default=10_000,
-        ge=2,
-        description="the leader snapshots the coordination log and deletes what precedes the "
-        "snapshot once the log holds this many records",
-    )
 
     # per-message delivery semantics, emulated by the subscription (see _subscription)
     ack_wait: float = Field(
@@ -129,8 +122,6 @@ class KafkaSettings(ConnectionSecurity):
         default=10.0, gt=0, description="every broker request (metadata, commit, admin)"
     )
     publish_timeout: float = Field(default=10.0, gt=0, description="one publish() call")
-    session_timeout: float = Field(default=10.0, gt=0, description="consumer-group session")
-    heartbeat_interval: float = Field(default=3.0, gt=0)
     close_timeout: float = Field(default=5.0, gt=0)
     retry_backoff: float = Field(default=0.1, gt=0)
 
@@ -171,8 +162,6 @@ class KafkaSettings(ConnectionSecurity):
                 f"min_insync_replicas {self.min_insync_replicas} exceeds "
                 f"replication_factor {self.replication_factor}"
             )
-        if self.heartbeat_interval >= self.session_timeout:
-            raise ValueError("heartbeat_interval must be below session_timeout")
         return self
 
     @model_validator(mode="after")

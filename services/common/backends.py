@@ -102,8 +102,7 @@ class Store:
     composes: tuple[str, ...] = ()
 
 
-# A new store is one line here. Kafka's group protocol is the one store with ports of its
-# own (``Kafka{port}``).
+# A new store is one line here.
 STORES: dict[str, Store] = {
     "etcd": Store("adapters.etcd:EtcdCoordinationStore", "adapters.etcd:EtcdSettings"),
     "redis": Store("adapters.redis:RedisCoordinationStore", "adapters.redis:RedisSettings"),
@@ -112,43 +111,38 @@ STORES: dict[str, Store] = {
         "adapters.natskv:NatsKvSettings",
         composes=("adapters.nats:NatsSettings",),
     ),
+    "kafka": Store(
+        "adapters.kafka:KafkaCoordinationStore",
+        "adapters.kafka:KafkaKvSettings",
+        composes=("adapters.kafka:KafkaSettings",),
+    ),
 }
-COORDINATION_BACKENDS = (*STORES, "kafka")
+COORDINATION_BACKENDS = tuple(STORES)
 
 
 def _store_providers(
     config: providers.Configuration,
 ) -> tuple[providers.Selector[Any], providers.Selector[Any]]:
     """Selectors on ``SHOAL_COORDINATION`` of the store's dialect (a new one per call) and
-    of its timing, for each store of ``STORES``; nothing for Kafka."""
+    of its timing, for each store of ``STORES``."""
     dialects: dict[str, providers.Provider[Any]] = {}
     timings: dict[str, providers.Provider[Any]] = {}
     for name, store in STORES.items():
         settings = providers.Singleton(deferred(store.settings), group=config.group)
         dialects[name] = providers.Factory(deferred(store.dialect), settings)
         timings[name] = providers.Factory(deferred("adapters.coordination:timing_of"), settings)
-    none: providers.Object[None] = providers.Object(None)
     return (
-        providers.Selector(config.coordination, kafka=none, **dialects),
-        providers.Selector(config.coordination, kafka=none, **timings),
+        providers.Selector(config.coordination, **dialects),
+        providers.Selector(config.coordination, **timings),
     )
 
 
 def _port(
-    config: providers.Configuration,
-    port: str,
-    store: providers.Provider[Any],
-    timing: providers.Provider[Any],
-    kafka_settings: providers.Provider[Any],
-) -> providers.Selector[Any]:
+    port: str, store: providers.Provider[Any], timing: providers.Provider[Any]
+) -> providers.Factory[Any]:
     """The coordination port ``port``: ``adapters.coordination``'s ``Store{port}`` over the
-    selected store's dialect, or Kafka's own ``Kafka{port}``."""
-    over_store = providers.Factory(deferred(f"adapters.coordination:Store{port}"), store, timing)
-    return providers.Selector(
-        config.coordination,
-        kafka=providers.Factory(deferred(f"adapters.kafka:Kafka{port}"), kafka_settings),
-        **dict.fromkeys(STORES, over_store),
-    )
+    selected store's dialect."""
+    return providers.Factory(deferred(f"adapters.coordination:Store{port}"), store, timing)
 
 
 class Backends(containers.DeclarativeContainer):
@@ -162,12 +156,12 @@ class Backends(containers.DeclarativeContainer):
     # store's dialect of the CoordinationStore port; each adapter gets a dialect instance
     # (its own connection).
     coordination_store, timing = _store_providers(config)
-    membership = _port(config, "Membership", coordination_store, timing, kafka_settings)
-    load_reports = _port(config, "LoadReports", coordination_store, timing, kafka_settings)
-    election = _port(config, "Election", coordination_store, timing, kafka_settings)
-    assignment_store = _port(config, "AssignmentStore", coordination_store, timing, kafka_settings)
-    hold_store = _port(config, "HoldStore", coordination_store, timing, kafka_settings)
-    project_registry = _port(config, "ProjectRegistry", coordination_store, timing, kafka_settings)
+    membership = _port("Membership", coordination_store, timing)
+    load_reports = _port("LoadReports", coordination_store, timing)
+    election = _port("Election", coordination_store, timing)
+    assignment_store = _port("AssignmentStore", coordination_store, timing)
+    hold_store = _port("HoldStore", coordination_store, timing)
+    project_registry = _port("ProjectRegistry", coordination_store, timing)
     transport = providers.Selector(
         config.transport,
         nats=providers.Factory(deferred(TRANSPORTS["nats"]), nats_settings),
@@ -193,7 +187,7 @@ class Backends(containers.DeclarativeContainer):
     )
 
 
-# The transports' settings and Kafka's (coordination on Kafka reads KafkaSettings).
+# The transports' settings.
 BACKEND_SETTINGS: dict[str, str] = {
     "kafka": "adapters.kafka:KafkaSettings",
     "nats": "adapters.nats:NatsSettings",
@@ -204,10 +198,8 @@ def check_backend_settings(coordination: str, transport: str) -> None:
     """Read the chosen backends' settings once, before anything connects: a bad value (a
     half-configured credential, a TLS file that is not there) exits with status 2 and
     ``error: SHOAL_X_Y: ...`` instead of a traceback from inside the container."""
-    store = STORES.get(coordination)
-    read = (BACKEND_SETTINGS[transport],) + (
-        (BACKEND_SETTINGS[coordination],) if store is None else (*store.composes, store.settings)
-    )
+    store = STORES[coordination]
+    read = (BACKEND_SETTINGS[transport], *store.composes, store.settings)
     for path in dict.fromkeys(read):
         load_settings(_settings_class(path))
 

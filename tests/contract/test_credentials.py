@@ -26,7 +26,13 @@ from pydantic import SecretStr
 from adapters.coordination import StoreMembership
 from adapters.etcd import EtcdCoordinationStore, EtcdSettings
 from adapters.etcd._client import EtcdClient
-from adapters.kafka import KafkaIdempotencyStore, KafkaMembership, KafkaSettings, KafkaTransport
+from adapters.kafka import (
+    KafkaCoordinationStore,
+    KafkaIdempotencyStore,
+    KafkaKvSettings,
+    KafkaSettings,
+    KafkaTransport,
+)
 from adapters.nats import NatsDeadLetterQueue, NatsIdempotencyStore, NatsSettings, NatsTransport
 from adapters.redis import RedisCoordinationStore, RedisSettings
 from core.errors import StoreUnavailableError
@@ -586,7 +592,8 @@ async def test_kafka_transport_and_membership_work_through_sasl(
         assert [d.envelope.message_id for d in got] == [e.message_id for e in sent]
         await sub.ack(got)
         await sub.close()
-    async with KafkaMembership(settings) as membership:  # the coordination clients
+    coordination = KafkaCoordinationStore(KafkaKvSettings(kafka=settings))
+    async with StoreMembership(coordination) as membership:  # the coordination clients
         await membership.join("a", TTL)
         assert await membership.members() == {"a"}
     async with KafkaIdempotencyStore(settings, window=60) as store:  # the gateway's other
@@ -609,7 +616,7 @@ async def test_kafka_refuses_a_wrong_password_with_a_clear_error(
             async with KafkaTransport(settings):
                 pass
         with pytest.raises(StoreUnavailableError) as no_store:
-            async with KafkaMembership(settings):
+            async with StoreMembership(KafkaCoordinationStore(KafkaKvSettings(kafka=settings))):
                 pass
     for message in (str(refused.value), str(no_store.value)):
         assert f"Kafka at {endpoint} (SASL_PLAINTEXT, user {user}) refused the login" in message

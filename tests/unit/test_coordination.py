@@ -14,17 +14,11 @@ from core.coordination import (
     CoordinationState,
     Hold,
     Leader,
-    LeaderSeat,
     Registration,
-    Seat,
-    Session,
     admit_registrations,
-    elect,
-    rank_candidates,
     registration,
     registration_ids,
     replaced_version,
-    seat_members,
     supersedes,
 )
 from core.handoff import ClaimAction, decide_claim
@@ -304,63 +298,3 @@ def test_a_claim_replaces_the_version_of_a_hold_on_its_own_partition_only(
         assert replaced_version(partition, replacing) == (
             None if replacing is None else replacing.version
         )
-
-
-# --- seating a group protocol's sessions (Kafka's rebalance) ------------------------------
-
-_SESSION = st.tuples(st.sampled_from("abc"), st.sampled_from("xy"))  # (id, incarnation)
-
-
-@given(
-    rounds=st.lists(
-        st.tuples(st.lists(_SESSION, max_size=5), st.lists(_SESSION, max_size=3)),
-        min_size=1,
-        max_size=12,
-    )
-)
-def test_each_id_holds_one_seat_kept_while_present_and_terms_grow_with_each_new_leader(
-    rounds: list[tuple[list[tuple[str, str]], list[tuple[str, str]]]],
-) -> None:
-    seats: dict[str, Seat] = {}
-    ranked: tuple[Seat, ...] = ()
-    leader: LeaderSeat | None = None
-    known_term = 0
-    for number, (members, candidates) in enumerate(rounds, start=1):
-        sessions = [Session(f"m{number}.{i}", id_, inc) for i, (id_, inc) in enumerate(members)]
-        seated, rejected = seat_members(sessions, seats, number)
-        # every session is seated or rejected, one seat per id, each id present is seated
-        assert {s.member for s in seated} | rejected == {s.member for s in sessions}
-        assert not {s.member for s in seated} & rejected
-        assert sorted(s.id for s in seated) == sorted({s.id for s in sessions})
-        for seat in seated:  # an incarnation seated before and still present keeps it
-            before = seats.get(seat.id)
-            if before is not None and (seat.id, before.inc) in {(s.id, s.inc) for s in sessions}:
-                assert (seat.inc, seat.since) == (before.inc, before.since)
-        seats = {seat.id: seat for seat in seated}
-
-        present = [Session(f"c{number}.{i}", id_, inc) for i, (id_, inc) in enumerate(candidates)]
-        ranked = rank_candidates(present, ranked, number)
-        elected = elect(ranked, leader, number, known_term)
-        if not ranked:
-            assert elected is None
-        else:
-            assert elected is not None and (elected.id, elected.inc, elected.member) in {
-                (s.id, s.inc, s.member) for s in ranked
-            }
-            incumbent = None if leader is None else (leader.id, leader.inc, leader.term)
-            if incumbent is not None and incumbent[:2] in {(s.id, s.inc) for s in ranked}:
-                assert (elected.id, elected.inc, elected.term) == incumbent
-            else:
-                assert elected.term > known_term and elected.term >= number
-                assert elected == LeaderSeat(
-                    ranked[0].id, ranked[0].inc, ranked[0].member, elected.term, number
-                )
-            known_term = max(known_term, elected.term)
-        leader = elected
-
-
-def test_the_incarnation_seen_longest_is_the_first_candidate() -> None:
-    first = rank_candidates([Session("k1", "b", "x")], (), 1)
-    second = rank_candidates([Session("k2", "a", "x"), Session("k1", "b", "x")], first, 2)
-    assert [(s.id, s.since) for s in second] == [("b", 1), ("a", 2)]
-    assert elect(second, None, 2, known_term=7) == LeaderSeat("b", "x", "k1", 8, 2)

@@ -1,11 +1,11 @@
 """``TopicTail``: read one single-partition topic from its start and keep up with it.
 
-Used for the coordination log and the stats topic. Records are applied in offset order by
-one task; ``sync()`` waits until everything the broker had when it was called is applied
-(read-your-writes and linearizable reads for whoever calls it). The consumer has no group:
-it ``assign()``s partition 0 and never commits. It sees only records every in-sync replica
-has (the high watermark), so whatever it applies is durable. ``Appender`` produces with
-acks=all and idempotence.
+Used for the coordination log (``_kv``) and the idempotency records. Records are applied
+in offset order by one task; ``sync()`` waits until everything the broker had when it was
+called is applied (read-your-writes and linearizable reads for whoever calls it). The
+consumer has no group: it ``assign()``s partition 0 and never commits. It sees only
+records every in-sync replica has (the high watermark), so whatever it applies is
+durable. ``Appender`` produces with acks=all and idempotence.
 """
 
 from __future__ import annotations
@@ -23,15 +23,28 @@ from adapters.kafka._aiokafka import (
     KafkaError,
     TopicPartition,
 )
-from adapters.kafka._coord_base import Changes
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
 
-__all__ = ["Appender", "TopicTail"]
+__all__ = ["Appender", "Changes", "TopicTail"]
 
 _log = logging.getLogger("shoal.adapters.kafka.coord")
 
 Apply = Callable[[int, bytes | None, bytes | None], None]
+
+
+class Changes:
+    """A change counter to wait on: take ``event()`` *before* reading, wait on it after."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def event(self) -> anyio.Event:
+        return self._event
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
 
 
 class TopicTail:
@@ -56,12 +69,13 @@ class TopicTail:
         self._probe: Any = None
         self._scope: anyio.CancelScope | None = None
         self.position = 0  # the next offset to apply
+        self.timestamp = 0  # the broker's timestamp (ms) of the record being applied
         self.changes = Changes()
 
     def _new_consumer(self) -> Any:
         s = self.settings
         return AIOKafkaConsumer(
-            client_id=f"{s.client_id}-coord-tail",
+            client_id=f"{s.client_id}-tail",
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -108,6 +122,7 @@ class TopicTail:
                 batches = await consumer.getmany(self._tp, timeout_ms=1000, max_records=1000)
                 for record in batches.get(self._tp, ()):
                     try:
+                        self.timestamp = int(record.timestamp)
                         self._apply(int(record.offset), record.key, record.value)
                     except ValueError as exc:
                         _log.warning("%s@%d: ignoring record: %s", self.topic, record.offset, exc)
