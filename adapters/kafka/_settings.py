@@ -205,8 +205,8 @@ class KafkaSettings(ConnectionSecurity):
     @property
     def offsets_group_id(self) -> str:
         """The group the transport commits offsets under (never joined). A position's
-        group has ``.handler.`` in its name: no handler id can make it the coordination's
-        ``shoal.{group}.coord``."""
+        group has ``.handler.`` in its name: no handler id can make it the shared
+        ``shoal.{group}`` or another name shoal uses."""
         if self.position is None:
             return f"shoal.{self.group}"
         return f"shoal.{self.group}.handler.{self.position}"
