@@ -92,7 +92,8 @@ class _Replica:
     def apply(self, offset: int, stamp: float, raw: bytes) -> list[tuple[str, _Outcome]]:
         """Apply the record at ``offset``: the request ids decided with it and their
         outcomes (none while the state is unknown; every kept one once it is loaded).
-        ``ValueError`` when the record is malformed (it then changes nothing)."""
+        ``ValueError`` when the record is malformed: it decides nothing, though the
+        leases its time has passed may have ended first (alike on every reader)."""
         if offset != self.next:  # records before it were deleted (compaction)
             _log.info("the log continues at %d, not %d: loading its snapshot", offset, self.next)
             self.start, self.kept, self.space = offset, [], None
