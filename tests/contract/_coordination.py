@@ -88,11 +88,14 @@ class Features:
     no local process): the restart checks then cannot run here, and fail under CI.
     ``expiry_slack``: how long after a lease's client-side deadline the store may still
     keep its keys (etcd rounds TTLs up to 2 s and checks expiry every 500 ms).
+    ``restart_ttl``: the leases (and the waits) of the restart checks, which must outlive a
+    restart of the store (a local Kafka broker takes about 10 s on 2 cores).
     """
 
     restartable: bool = False
     restart_unavailable: str | None = None
     expiry_slack: float = 0.0
+    restart_ttl: float = LONG_TTL
 
 
 def server_features(server: ServerInfo, expiry_slack: float) -> Features:
@@ -384,17 +387,18 @@ class MembershipContract:
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
         restart_checks_run(harness.features)
+        ttl = harness.features.restart_ttl
         async with (
             harness.membership() as observer,
             harness.membership() as membership,
             watching(observer.watch()) as updates,
         ):
             assert await next_within(updates) == set()
-            await membership.join("a", LONG_TTL)
+            await membership.join("a", ttl)
             assert await next_within(updates) == {"a"}
             await harness.restart_store()
-            await retry_while_unavailable(lambda: membership.join("b", LONG_TTL))
-            await until(updates, lambda m: m == {"a", "b"}, 30)
+            await retry_while_unavailable(lambda: membership.join("b", ttl), max(30, ttl))
+            await until(updates, lambda m: m == {"a", "b"}, max(30, ttl))
 
 
 # --- LoadReports -----------------------------------------------------------------------
@@ -759,19 +763,22 @@ class AssignmentStoreContract:
 
     async def test_watch_resumes_when_store_restarts(self, harness: CoordinationHarness) -> None:
         restart_checks_run(harness.features)
+        ttl = harness.features.restart_ttl
         async with (
             harness.election() as election,
             harness.store() as store,
             watching(store.watch()) as updates,
         ):
-            leader = await election.campaign("leader", LONG_TTL)
+            leader = await election.campaign("leader", ttl)
             await store.publish(owners(1, "a"), leader.fence)
             assert await next_within(updates) == owners(1, "a")  # read
             await store.publish(owners(2, "b"), leader.fence)
             assert await next_within(updates) == owners(2, "b")  # watched: the stream is open
             await harness.restart_store()
-            await retry_while_unavailable(lambda: store.publish(owners(3, "c"), leader.fence))
-            assert await next_within(updates, 30) == owners(3, "c")
+            await retry_while_unavailable(
+                lambda: store.publish(owners(3, "c"), leader.fence), max(30, ttl)
+            )
+            assert await next_within(updates, max(30, ttl)) == owners(3, "c")
             assert not leader.is_lost()
 
 
