@@ -203,9 +203,19 @@ def held_back(project_id: str, cluster: str, table: RouteTable) -> bool:
     """True when a message of ``project_id`` read from ``cluster`` must not be landed yet:
     its ordered route is draining its old clusters and ``cluster`` is the new one. Any
     other message read is landed, even from a cluster its route no longer names (a late
-    publish by a gateway on an older table): nothing accepted is dropped."""
+    publish by a gateway on an older table): nothing accepted is dropped. (A handler
+    reads the stored table again before it decides on such a message: see
+    ``names_cluster``.)"""
     route = route_for(project_id, table)
     return cluster in route.consume and cluster not in landing_clusters(route)
+
+
+def names_cluster(project_id: str, cluster: str, table: RouteTable) -> bool:
+    """Whether ``project_id``'s route consumes ``cluster``. A message read from a cluster
+    its route does not name was published on another table: an older one, or a newer one
+    the reader has not seen yet (a gateway polled the route store first), whose ordered
+    switch would hold the message back."""
+    return cluster in route_for(project_id, table).consume
 
 
 def subscribed_clusters(table: RouteTable) -> tuple[str, ...]:

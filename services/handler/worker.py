@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -72,7 +72,7 @@ from core.ports import (
     Transport,
 )
 from core.retry import DeadLetterReason, deliveries_exhausted, retry_delay
-from core.routing import RouteTable, held_back, subscribed_clusters
+from core.routing import RouteTable, held_back, names_cluster, subscribed_clusters
 from services.common.clusters import Datacenters, RouteView
 from services.common.logs import fields
 from services.common.observed import Observed
@@ -482,7 +482,7 @@ class Handler:
         self,
         ownership: _Ownership,
         subscription: Subscription,
-        keep: Callable[[Sequence[Delivery]], Sequence[Delivery]] | None = None,
+        keep: Callable[[Sequence[Delivery]], Awaitable[Sequence[Delivery]]] | None = None,
     ) -> None:
         """One fetch, landed (``keep`` first picks the deliveries to land now)."""
         settings = self._settings
@@ -494,7 +494,7 @@ class Handler:
         size = min(settings.fetch_batch, max(1, self._lander.room()))
         deliveries = await subscription.fetch(size, settings.fetch_timeout)
         if keep is not None:
-            deliveries = keep(deliveries)
+            deliveries = await keep(deliveries)
         if deliveries:
             await self._take(ownership, subscription, deliveries)
 
@@ -515,9 +515,11 @@ class Handler:
         subscription: Subscription | None = None
         failures = 0
 
-        def keep(fetched: Sequence[Delivery]) -> Sequence[Delivery]:
+        async def keep(fetched: Sequence[Delivery]) -> Sequence[Delivery]:
             # One table for the waiting and the fetched: a project's messages stay in order.
             table = self._route_table()
+            if any(not names_cluster(d.envelope.project_id, cluster, table) for d in fetched):
+                table = await self._read_routes()
             before = len(waiting)
             pending, release = [*waiting, *fetched], list[Delivery]()
             waiting.clear()
@@ -599,6 +601,15 @@ class Handler:
     def _route_table(self) -> RouteTable:
         assert self._route_view is not None
         return self._route_view.table
+
+    async def _read_routes(self) -> RouteTable:
+        """The stored route table now, not at the watch's next poll: a gateway may have
+        read a newer one already and published by it."""
+        assert self._datacenters is not None and self._route_view is not None
+        table = self._route_view.apply(await self._datacenters.routes.current())
+        if table is not self._routes.value:
+            self._routes.set(table)
+        return table
 
     async def _take(
         self, ownership: _Ownership, subscription: Subscription, deliveries: Sequence[Delivery]

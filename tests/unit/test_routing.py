@@ -19,6 +19,7 @@ from core.routing import (
     default_table,
     held_back,
     landing_clusters,
+    names_cluster,
     parse_cluster_map,
     plan_migration,
     produce_targets,
@@ -161,6 +162,9 @@ def test_ordered_plan_holds_the_target_back_until_the_source_drained() -> None:
     assert produce_targets(route_for("a1", produce.table), "east") == ("west",)
     assert not held_back("a1", "west", only.table)
     assert not held_back("b1", "west", produce.table)
+    # a reader still on the table before the switch does not take west's a-messages as
+    # its own: it reads the stored table (``produce``) before it lands them
+    assert not names_cluster("a1", "west", table) and names_cluster("a1", "west", produce.table)
 
 
 @pytest.mark.parametrize(
