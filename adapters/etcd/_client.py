@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -26,7 +25,7 @@ from adapters.etcd._detach import detached
 from adapters.etcd._settings import EtcdSettings
 from core.errors import LeaseLostError, StoreUnavailableError
 
-__all__ = ["Entry", "EtcdClient", "TxnResult"]
+__all__ = ["EtcdClient"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,35 +36,6 @@ _CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One key as etcd stores it (mvccpb.KeyValue), decoupled from protobuf."""
-
-    key: str
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    lease: int
-
-    @staticmethod
-    def of(kv: Any) -> Entry:
-        return Entry(
-            key=bytes(kv.key).decode(),
-            value=bytes(kv.value),
-            create_revision=int(kv.create_revision),
-            mod_revision=int(kv.mod_revision),
-            lease=int(kv.lease),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TxnResult:
-    succeeded: bool
-    revision: int
-    ranges: tuple[tuple[Entry, ...], ...]
-    """The entries of every range (get) operation of the branch that ran, in order."""
 
 
 class EtcdClient:
@@ -195,60 +165,32 @@ class EtcdClient:
         response = await self._call("status", lambda t: maintenance.status(timeout=t))
         return str(response.version)
 
-    async def get(self, key: str) -> tuple[Entry | None, int]:
-        """The entry at ``key`` (None when absent) and the store revision of the read."""
+    async def get_range(self, key: str, *, prefix: bool = False) -> tuple[list[Any], int]:
+        """The mvccpb.KeyValues at ``key`` (or under it: ``prefix``, sorted by key) and the
+        store revision of the read."""
         kv = self._connected.kv
         assert kv is not None
-        response = await self._call("get", lambda t: kv.get(key, timeout=t))
-        entry = Entry.of(response.kvs[0]) if response.kvs else None
-        return entry, int(response.header.revision)
+        end = prefix_range_end(key) if prefix else None
+        response = await self._call("get", lambda t: kv.get(key, end, timeout=t))
+        return list(response.kvs), int(response.header.revision)
 
-    async def get_prefix(self, prefix: str, *, keys_only: bool = False) -> tuple[list[Entry], int]:
-        """Every entry under ``prefix`` (sorted by key) and the store revision of the read."""
+    async def write_if(self, key: str, revision: int, value: bytes | None, lease: int) -> int:
+        """Put ``value`` at ``key`` (delete it: None) if its mod revision is still
+        ``revision`` (0: absent), in one transaction: the revision written, 0 when refused."""
         kv = self._connected.kv
         assert kv is not None
-        response = await self._call(
-            "get prefix",
-            lambda t: kv.get(prefix, prefix_range_end(prefix), keys_only=keys_only, timeout=t),
-        )
-        return [Entry.of(item) for item in response.kvs], int(response.header.revision)
-
-    async def txn(
-        self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
-    ) -> TxnResult:
-        kv = self._connected.kv
-        assert kv is not None
-        response = await self._call(
-            "txn", lambda t: kv.txn(compare, success, failure, timeout=t, max_attempts=1)
-        )
-        ranges = tuple(
-            tuple(Entry.of(item) for item in op.response_range.kvs)
-            for op in response.responses
-            if op.WhichOneof("response") == "response_range"
-        )
-        return TxnResult(bool(response.succeeded), int(response.header.revision), ranges)
-
-    # Builders for txn compares and operations (thin, typed fronts of KVService's).
-
-    @staticmethod
-    def created_at(key: str, revision: int) -> Any:
-        """Compare: ``key`` was created at ``revision`` (0: ``key`` does not exist)."""
-        return KVService.txn_compare_create_revision(key, revision)
-
-    @staticmethod
-    def modified_at(key: str, revision: int) -> Any:
-        """Compare: ``key`` was last written at ``revision`` (0: ``key`` does not exist)."""
-        return Compare(
+        compare = Compare(
             result=Compare.EQUAL, target=Compare.MOD, key=key.encode(), mod_revision=revision
         )
-
-    @staticmethod
-    def put_op(key: str, value: bytes, lease: int = 0) -> Any:
-        return KVService.txn_op_put(key, value, lease=lease)
-
-    @staticmethod
-    def delete_op(key: str) -> Any:
-        return KVService.txn_op_delete(key)
+        operation = (
+            KVService.txn_op_delete(key)
+            if value is None
+            else KVService.txn_op_put(key, value, lease=lease)
+        )
+        response = await self._call(
+            "txn", lambda t: kv.txn([compare], [operation], [], timeout=t, max_attempts=1)
+        )
+        return int(response.header.revision) if response.succeeded else 0
 
     # --- leases ------------------------------------------------------------------------
 

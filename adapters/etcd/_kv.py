@@ -10,7 +10,7 @@ cancels the watch, it yields a ``Resync``.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -20,7 +20,7 @@ from etcd3aio import prefix_range_end
 from adapters._backoff import Backoff
 from adapters._lease import check_ttl
 from adapters._lifecycle import Lifecycle
-from adapters.etcd._client import Entry, EtcdClient
+from adapters.etcd._client import EtcdClient
 from adapters.etcd._settings import EtcdSettings
 from core.errors import (
     IncompatibleServerError,
@@ -58,37 +58,34 @@ class EtcdCoordinationStore(Lifecycle):
     # --- keys ------------------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        entry, _ = await self._client.get(self._root + check_key(key))
-        return None if entry is None else self._value(entry)
+        found, _ = await self._client.get_range(self._root + check_key(key))
+        return self._value(found[0]) if found else None
 
     async def list_prefix(self, prefix: str) -> Listing:
-        entries, revision = await self._client.get_prefix(self._root + check_prefix(prefix))
-        return Listing(tuple(self._value(entry) for entry in entries), revision)
+        found, revision = await self._client.get_range(
+            self._root + check_prefix(prefix), prefix=True
+        )
+        return Listing(tuple(self._value(kv) for kv in found), revision)
 
     async def create(self, key: str, value: bytes, *, lease: int | None = None) -> int:
-        path = self._root + check_key(key)
-        put = EtcdClient.put_op(path, value, lease or 0)
-        return await self._write(key, [EtcdClient.created_at(path, 0)], put, "exists")
+        return await self._write(key, 0, value, lease, "exists")
 
     async def update(
         self, key: str, value: bytes, *, revision: int, lease: int | None = None
     ) -> int:
-        path = self._root + check_key(key)
-        put = EtcdClient.put_op(path, value, lease or 0)
-        compare = [EtcdClient.modified_at(path, revision)]
-        return await self._write(key, compare, put, f"not at revision {revision}")
+        return await self._write(key, revision, value, lease, f"not at revision {revision}")
 
     async def delete(self, key: str, *, revision: int) -> int:
-        path = self._root + check_key(key)
-        compare = [EtcdClient.modified_at(path, revision)]
-        delete = EtcdClient.delete_op(path)
-        return await self._write(key, compare, delete, f"not at revision {revision}")
+        return await self._write(key, revision, None, None, f"not at revision {revision}")
 
-    async def _write(self, key: str, compare: Sequence[Any], operation: Any, refusal: str) -> int:
-        result = await self._client.txn(compare, [operation])
-        if not result.succeeded:
+    async def _write(
+        self, key: str, revision: int, value: bytes | None, lease: int | None, refusal: str
+    ) -> int:
+        path = self._root + check_key(key)
+        written = await self._client.write_if(path, revision, value, lease or 0)
+        if not written:
             raise RevisionConflictError(f"etcd {key}: {refusal}")
-        return result.revision
+        return written
 
     # --- leases ----------------------------------------------------------------------------
 
@@ -156,10 +153,13 @@ class EtcdCoordinationStore(Lifecycle):
             if revision is not None:
                 await backoff.sleep()
 
-    def _value(self, entry: Entry) -> KeyValue:
-        return KeyValue(entry.key.removeprefix(self._root), entry.value, entry.mod_revision)
+    def _value(self, kv: Any) -> KeyValue:
+        """A mvccpb.KeyValue as the port's ``KeyValue``."""
+        return KeyValue(
+            bytes(kv.key).decode().removeprefix(self._root), bytes(kv.value), int(kv.mod_revision)
+        )
 
     def _change(self, event: Any) -> KeyChange:
-        entry = Entry.of(event.kv)
-        value = None if int(event.type) == _DELETE else entry.value
-        return KeyChange(entry.key.removeprefix(self._root), value, entry.mod_revision)
+        value = self._value(event.kv)
+        deleted = int(event.type) == _DELETE
+        return KeyChange(value.key, None if deleted else value.value, value.revision)

@@ -366,11 +366,6 @@ class Bucket:
             f"(err_code {error.get('err_code')})"
         )
 
-    async def put(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
-        revision = await self._publish(key, value, last=None, ttl=ttl)
-        assert revision is not None  # no comparison, so never refused for one
-        return revision
-
     async def delete(self, key: str, *, last: int | None = None) -> int | None:
         """Delete ``key`` (if its revision is still ``last``, when given): the revision of
         the deletion, None when it was refused. The purge marker stays until the key is

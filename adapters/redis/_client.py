@@ -14,12 +14,10 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import anyio
 import redis.asyncio as aioredis
-from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
@@ -30,7 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from adapters.redis._settings import RedisSettings
 from core.errors import StoreUnavailableError
 
-__all__ = ["Event", "RedisClient", "ms"]
+__all__ = ["RedisClient", "ms"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,16 +40,6 @@ _UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN",
 def ms(seconds: float) -> int:
     """Whole milliseconds, at least 1 (Redis PX takes integers)."""
     return max(1, math.ceil(seconds * 1000))
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One entry of the change-event stream."""
-
-    id: bytes
-    topic: str
-    op: str
-    key: str
 
 
 class _Credentials(CredentialProvider):
@@ -108,11 +96,6 @@ class RedisClient:
     @property
     def closed(self) -> bool:
         return self._redis is None
-
-    @property
-    def db(self) -> int:
-        """The database number of the URL (keyspace notifications are per database)."""
-        return int(self._connected.connection_pool.connection_kwargs.get("db", 0) or 0)
 
     @property
     def _connected(self) -> aioredis.Redis:
@@ -178,41 +161,3 @@ class RedisClient:
         """What ``INFO server`` says in ``redis_version``."""
         info = await self.call("info", lambda r: r.info("server"))
         return str(info.get("redis_version", ""))
-
-    async def get(self, key: str) -> bytes | None:
-        return cast("bytes | None", await self.call("get", lambda r: r.get(key)))
-
-    async def hgetall(self, key: str) -> dict[bytes, bytes]:
-        return cast("dict[bytes, bytes]", await self.call("hgetall", lambda r: r.hgetall(key)))
-
-    async def sadd(self, key: str, member: str) -> int:
-        # not idempotent: sent twice, it would answer 0 for a member it added
-        return int(await self.call("sadd", lambda r: r.sadd(key, member), idempotent=False))
-
-    async def smembers(self, key: str) -> set[bytes]:
-        return cast("set[bytes]", await self.call("smembers", lambda r: r.smembers(key)))
-
-    async def config_get(self, name: str) -> dict[str, str]:
-        reply = await self.call("config get", lambda r: r.config_get(name))
-        return {_str(k): _str(v) for k, v in cast("dict[Any, Any]", reply).items()}
-
-    # --- the event stream ----------------------------------------------------------------
-
-    # --- pub/sub (keyspace notifications) ------------------------------------------------
-
-    async def subscribe(self, channel: str) -> PubSub:
-        """A PubSub subscribed to ``channel`` (confirmed). Close it with ``aclose``."""
-        pubsub = self._connected.pubsub(ignore_subscribe_messages=True)
-        try:
-            await self.call("subscribe", lambda _: pubsub.subscribe(channel), idempotent=False)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-            raise
-        return pubsub
-
-
-def _str(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return str(value)

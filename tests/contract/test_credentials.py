@@ -367,13 +367,13 @@ async def test_etcd_watch_stream_logs_in_again_when_its_token_expired(
     client = EtcdClient(settings)
     await client.connect()
     try:
-        _, revision = await client.get(key)  # logs in
+        _, revision = await client.get_range(key)  # logs in
         await anyio.sleep(3)  # etcd forgets the unused token after 2 s (--auth-token-ttl)
         stream = client.watch_stream(key, None, revision + 1)
         async with aclosing(stream):
             created = await anext(stream)
             assert created.created and not created.canceled  # opened again with a new token
-            await client.txn([], [client.put_op(key, b"v")])
+            assert await client.write_if(key, 0, b"v", 0)
             with anyio.fail_after(10):
                 event = await anext(stream)
             assert [bytes(e.kv.key).decode() for e in event.events] == [key]
