@@ -2,7 +2,7 @@
 
 Every failure to reach etcd (timeout, connection refused, a gRPC error) surfaces as
 ``StoreUnavailableError``; a write on a lease etcd no longer knows surfaces as
-``LeaseLostError``. ``watch_stream`` is one raw stream; ``_watch`` adds resumption.
+``LeaseLostError``. ``watch_stream`` is one raw stream; the store's ``watch`` (``_kv``) resumes it.
 """
 
 from __future__ import annotations
