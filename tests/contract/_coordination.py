@@ -974,14 +974,14 @@ def _maybe_forged(fence: Leader, rng: random.Random) -> Leader:
     return rng.choice([fence, fence, *forgeries])
 
 
-MODEL_WALKS = 5
+MODEL_WALKS = 10
 
 
 def _model_seeds() -> list[int]:
-    """Five walks a run, their seeds moving with the commit (``git rev-list --count
-    HEAD``): consecutive commits walk other seeds, where ten fixed ones took the contract
-    tier two minutes on every run. ``SHOAL_MODEL_SEEDS="3,17"`` walks the seeds named (a
-    walk's test id is its seed)."""
+    """Ten walks a run, their seeds moving with the commit (``git rev-list --count HEAD``):
+    consecutive commits walk other seeds, which find what fixed ones never would (seed 1941
+    found NATS KV listings leaving a consumer each behind). ``SHOAL_MODEL_SEEDS="3,17"``
+    walks the seeds named (a walk's test id is its seed)."""
     if named := os.environ.get("SHOAL_MODEL_SEEDS"):
         return [int(seed) for seed in named.split(",")]
     start = commit_number(Path(__file__).resolve().parents[2]) * MODEL_WALKS

@@ -98,3 +98,26 @@ async def test_the_lease_sweeper_survives_a_read_the_server_does_not_answer(
         assert isinstance(change, KeyChange)
         assert (change.key, change.value) == ("s/bound", None)
         assert refused, "the sweeper never read"
+
+
+@pytest.mark.natskv
+@pytest.mark.anyio
+async def test_listings_leave_no_consumer_behind(
+    harness: NatsKvStoreHarness, nats_server: ServerInfo
+) -> None:
+    """Each listing reads through a consumer of its own; left to its inactivity threshold,
+    a few hundred listings a second filled the stream's consumers ("maximum consumers limit
+    reached", a model walk in CI), so each is deleted when its listing ends."""
+    admin = await nats.connect(nats_server.url)
+    try:
+        async with harness.store() as store:
+            await store.create("h/1", b"x")
+            stream = await admin.jetstream().stream_info(f"KV_{harness.settings.bucket_name}")
+            before = stream.state.consumer_count  # the dialect's own watchers
+            for _ in range(50):
+                listing = await store.list_prefix("h/")
+                assert [entry.key for entry in listing.entries] == ["h/1"]
+            stream = await admin.jetstream().stream_info(f"KV_{harness.settings.bucket_name}")
+            assert stream.state.consumer_count == before
+    finally:
+        await admin.close()
