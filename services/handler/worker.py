@@ -218,21 +218,40 @@ class Handler:
         return None
 
     async def _release_stale_holds(self) -> None:
-        stale: tuple[Partition, ...] = ()
+        """Release what an earlier run of this id still holds, all at once, each within
+        ``_STORE_CALL_BOUND``: one after the other under one bound, a store slow right
+        after its restart (Kafka's log) let 43 of them run out of time, and their next
+        owners waited ``claim_patience`` for every one."""
         try:
             with anyio.fail_after(_STORE_CALL_BOUND):
                 stale = stale_holds(self._id, await self._hold_store.holds())
-                for partition in stale:
-                    await self._hold_store.release(partition, self._id)
         except (StoreUnavailableError, TimeoutError) as exc:
+            log.warning(
+                "holds of an earlier run not read; their next owners take them over "
+                "after claim_patience",
+                extra=fields(error=repr(exc)),
+            )
+            return
+        left: dict[Partition, str] = {}
+
+        async def release(partition: Partition) -> None:
+            try:
+                with anyio.fail_after(_STORE_CALL_BOUND):
+                    await self._hold_store.release(partition, self._id)
+            except (StoreUnavailableError, TimeoutError) as exc:
+                left[partition] = repr(exc)
+
+        async with anyio.create_task_group() as releases:
+            for partition in stale:
+                releases.start_soon(release, partition)
+        if left:
             log.warning(
                 "holds of an earlier run not released; their next owners take them over "
                 "after claim_patience",
-                extra=fields(partitions=list(stale), error=repr(exc)),
+                extra=fields(partitions=sorted(left), error=next(iter(left.values()))),
             )
-            return
-        if stale:
-            log.info("released holds of an earlier run", extra=fields(partitions=list(stale)))
+        if released := [p for p in stale if p not in left]:
+            log.info("released holds of an earlier run", extra=fields(partitions=released))
 
     async def _serve(self, lease: MembershipLease, stop: anyio.Event) -> bool:
         """Own partitions under ``lease``; True when it ended by ``stop`` (clean leave)."""

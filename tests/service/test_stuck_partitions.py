@@ -55,6 +55,19 @@ class FailingReleases:
         await self._store.release(partition, member_id)
 
 
+class SlowReleases(FailingReleases):
+    """A hold store whose every release takes ``delay`` seconds to be answered (a store
+    slow right after its restart)."""
+
+    def __init__(self, store: HoldStore, delay: float) -> None:
+        super().__init__(store, failures=0)
+        self.delay = delay
+
+    async def release(self, partition: Partition, member_id: MemberId) -> None:
+        await anyio.sleep(self.delay)
+        await super().release(partition, member_id)
+
+
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     async with world_of(tmp_path, partitions=PARTITIONS) as w:
@@ -124,9 +137,12 @@ async def test_a_live_holder_that_never_releases_is_taken_over_after_patience(
     assert releases.attempts > len(moved)  # h1 kept retrying all along
 
 
+@pytest.mark.parametrize("release_delay", [0.0, 2.0])
 async def test_a_handler_back_under_its_old_id_frees_the_holds_its_crash_left(
-    world: World,
+    world: World, release_delay: float
 ) -> None:
+    """Also when each release takes 2 s to be answered: three of them one after the other
+    ran past the 5 s the handler gives its earlier run's holds, and h2 waited patience."""
     h1_holds = await _moved_to_h2(world)
     h2_holds: list[FailingReleases] = []
 
@@ -141,7 +157,8 @@ async def test_a_handler_back_under_its_old_id_frees_the_holds_its_crash_left(
     world.kill("h1")
     everything = await world.assignment_where(balanced({"h2"}))
     world.stops["l1"].set()  # no leader: the assignment stays "everything to h2"
-    await world.start_handler("h1")  # the same id, a new run: its old holds are stale
+    # the same id, a new run: its old holds are stale
+    await world.start_handler("h1", holds=lambda store: SlowReleases(store, release_delay))
     await _live(world, {"h1", "h2"})
     h2_holds[0].claims_blocked = False
     # h1 is live again and owns nothing; patience (60 s) is far beyond this bound
