@@ -7,19 +7,20 @@ NATS fails).
   out), is "no key" (nats-py's ``get`` takes the latter for a value with no data);
 - ``create`` is create-if-absent, also over a marker (a plain ``last=0`` is refused while
   the marker is stored: it compares against the marker's revision instead);
-- ``update`` and ``delete`` compare the key's revision (``Nats-Expected-Last-Subject-
-  Sequence``); a delete is a purge marker that stays until the key is written again. Not
-  one with a TTL: on a file stream of one replica, nats-server revives a value removed
-  by a purge (or a TTL) after an unclean shutdown once no marker shadows it any more
-  (nats-io/nats-server#8505, open on 2.15.1; a member that left came back after a kill -9
-  in the fault matrix), so the marker must outlive the shutdown. Server-placed expiry
+- ``publish`` and ``delete`` compare the key's revision when given one (``Nats-Expected-
+  Last-Subject-Sequence``); a delete is a purge marker that stays until the key is written
+  again. Not one with a TTL: on a file stream of one replica, nats-server revives a value
+  removed by a purge (or a TTL) after an unclean shutdown once no marker shadows it any
+  more (nats-io/nats-server#8505, open on 2.15.1; a member that left came back after a
+  kill -9 in the fault matrix), so the marker must outlive the shutdown. Server-placed expiry
   markers live ``marker_ttl`` (a day by default) for the same reason;
-- ``update_fenced`` writes a key only while another key (the leader's) keeps the revision
+- ``publish_fenced`` writes a key only while another key (the leader's) keeps the revision
   the caller checked: one atomic batch (nats-server >= 2.12, ``allow_atomic`` on the
   bucket's stream) whose first message compares the fence key's revision
   (``Nats-Expected-Last-Subject-Sequence-Subject``) and whose second compares the key's own,
   so a leader deposed after its check cannot write (etcd does it in one transaction);
-- ``snapshot`` reads every live key under a prefix (an ordered consumer, last per subject).
+- ``listing`` reads every live key under a prefix (a KV watcher: last value per subject),
+  ``follow`` every message under it from a revision on (an ordered consumer).
 
 TTLs are whole seconds on the wire (``Nats-TTL``): rounded up, so the server never ends a
 key before the client-side deadline of the lease that wrote it.
@@ -41,15 +42,16 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KeyValue as NatsKeyValue
 
 from adapters._nats_connect import close_client, connect, describe
 from adapters._nats_durability import check_server_fsync, check_stream
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import StoreUnavailableError
+from core.keyspace import KeyValue, Listing
 from core.server_floors import NATS_ATOMIC_BATCH, NATS_KILL_SAFE, NATS_MESSAGE_TTL
 
-__all__ = ["Bucket", "Entry", "stop_watcher", "ttl_seconds"]
+__all__ = ["Bucket", "Entry", "is_tombstone"]
 
 _log = logging.getLogger("shoal.adapters.natskv")
 T = TypeVar("T")
@@ -72,11 +74,6 @@ class Entry:
     headers: Mapping[str, str] = field(default_factory=dict)  # the KV-reserved ones too
 
 
-def ttl_seconds(ttl: float) -> int:
-    """A TTL as the server takes it: whole seconds, at least 1, never shorter."""
-    return max(1, math.ceil(ttl))
-
-
 def is_tombstone(headers: dict[str, str] | None) -> bool:
     """A delete, purge or server-placed (expiry) marker rather than a value."""
     if not headers:
@@ -86,7 +83,7 @@ def is_tombstone(headers: dict[str, str] | None) -> bool:
 
 class Bucket:
     """Connect with ``open``; ``close`` once. Reconnects by itself (nats-py); every
-    reconnect bumps ``generation`` and wakes ``wait_reconnect``, so watchers re-read."""
+    reconnect bumps ``generation``, so watchers follow anew."""
 
     def __init__(self, settings: NatsKvSettings) -> None:
         self.settings = settings
@@ -95,11 +92,10 @@ class Bucket:
         self._subject = f"$KV.{self.name}."
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._kv: KeyValue | None = None
+        self._kv: NatsKeyValue | None = None
         self._direct = False
         self._closed = False
         self.generation = 0
-        self._reconnected = anyio.Event()
 
     @property
     def closed(self) -> bool:
@@ -133,7 +129,7 @@ class Bucket:
             ) from None
         self._direct = bool(getattr(self._kv, "_direct", False))
 
-    async def _ensure_bucket(self, js: JetStreamContext) -> KeyValue:
+    async def _ensure_bucket(self, js: JetStreamContext) -> NatsKeyValue:
         """The bucket, created or brought up to per-key TTLs and atomic batches; then its
         stream as the server keeps it is checked (``check_stream``): storage, replicas, and
         the features that a server too old for them drops without an error."""
@@ -195,21 +191,14 @@ class Bucket:
 
     async def _on_reconnect(self) -> None:
         self.generation += 1
-        self._reconnected.set()
-        self._reconnected = anyio.Event()
         _log.info("NATS (coordination %s): reconnected; watchers re-read", self.name)
-
-    async def wait_reconnect(self, generation: int) -> None:
-        """Return once the connection was re-established after ``generation``."""
-        while self.generation == generation:
-            await self._reconnected.wait()
 
     # --- calls ------------------------------------------------------------------------------
 
-    def _kv_or_fail(self) -> KeyValue:
-        if self._kv is None:
+    def _opened(self) -> tuple[JetStreamContext, NatsKeyValue]:
+        if self._js is None or self._kv is None:
             raise StoreUnavailableError("the NATS KV adapter is not open (use 'async with')")
-        return self._kv
+        return self._js, self._kv
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]], timeout: float | None) -> T:  # noqa: ASYNC109 (bounds the call)
         # a renewal passes the time its lease has left, which may be shorter
@@ -226,26 +215,25 @@ class Bucket:
                 raise
             raise StoreUnavailableError(f"NATS KV {self.name}: {what}: {exc!r}") from exc
 
-    async def _publish(
+    async def publish(
         self,
         key: str,
         value: bytes,
         *,
         last: int | None,
-        ttl: float | None,
+        ttl: float | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> int | None:
-        """Publish to ``key``; its revision, or None when ``last`` did not match."""
-        self._kv_or_fail()
-        js = self._js
-        assert js is not None
+        """Write ``key`` (if its revision is still ``last``, when given): the new revision,
+        or None when ``last`` did not match."""
+        js, _ = self._opened()
         hdrs = dict(headers or {})
         if last is not None:
             hdrs[_EXPECTED_LAST] = str(last)
         options: dict[str, Any] = {"headers": hdrs or None}
         if ttl is not None:
-            options["msg_ttl"] = ttl_seconds(ttl)
+            options["msg_ttl"] = max(1, math.ceil(ttl))  # whole seconds, never shorter
         try:
             ack = await self._call(
                 f"write {key}",
@@ -260,10 +248,8 @@ class Bucket:
 
     async def latest(self, key: str) -> tuple[Entry | None, int]:
         """The live entry of ``key`` (None when absent, deleted or expired), and the
-        revision its next ``update`` or ``create`` must compare with (0: no message)."""
-        self._kv_or_fail()
-        js = self._js
-        assert js is not None
+        revision its next write must compare with (0: no message)."""
+        js, _ = self._opened()
 
         async def get() -> Any:
             try:
@@ -287,7 +273,7 @@ class Bucket:
         """Write ``key`` if it has no live value: its revision, or None when it has one."""
         last = 0
         for _ in range(3):  # a marker placed or removed between the two calls: once more
-            revision = await self._publish(key, value, last=last, ttl=ttl)
+            revision = await self.publish(key, value, last=last, ttl=ttl)
             if revision is not None:
                 return revision
             entry, last = await self.latest(key)
@@ -295,19 +281,7 @@ class Bucket:
                 return None
         return None
 
-    async def update(
-        self,
-        key: str,
-        value: bytes,
-        *,
-        last: int,
-        ttl: float | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> int | None:
-        """Write ``key`` if its revision is still ``last``: the new revision, or None."""
-        return await self._publish(key, value, last=last, ttl=ttl, timeout=timeout)
-
-    async def update_fenced(
+    async def publish_fenced(
         self,
         key: str,
         value: bytes,
@@ -318,14 +292,12 @@ class Bucket:
         record: tuple[str, bytes],
         headers: Mapping[str, str] | None = None,
     ) -> int | None:
-        """Write ``key`` if its revision is still ``last`` and ``fence``'s is still
-        ``fence_revision``, both or nothing (module doc): the new revision, or None when
-        either moved. The batch's first message writes ``record`` (a key and its value that
-        nothing needs to read: a batch's comparisons ride on its writes); ``headers`` go
-        with ``key``'s message."""
+        """``publish`` only while ``fence`` keeps ``fence_revision`` (module doc): None when
+        either moved. The batch's first message writes ``record`` (a key nothing needs to
+        read: a batch's comparisons ride on its writes); ``headers`` go with ``key``'s."""
+        self._opened()
         nc = self._nc
-        self._kv_or_fail()
-        assert nc is not None
+        assert nc is not None  # open
         batch = uuid.uuid4().hex
         check = {
             _BATCH_ID: batch,
@@ -367,31 +339,25 @@ class Bucket:
         )
 
     async def delete(self, key: str, *, last: int | None = None) -> int | None:
-        """Delete ``key`` (if its revision is still ``last``, when given): the revision of
-        the deletion, None when it was refused. The purge marker stays until the key is
-        written again (module doc)."""
+        """``publish`` a purge marker (module doc)."""
         headers = {_KV_OP: "PURGE", "Nats-Rollup": "sub"}
-        return await self._publish(key, b"", last=last, ttl=None, headers=headers)
+        return await self.publish(key, b"", last=last, headers=headers)
 
-    async def snapshot(self, prefix: str) -> dict[str, Entry]:
-        """Every live key starting with ``prefix`` (ending with a dot) or equal to it."""
-        return (await self.listing(prefix))[0]
-
-    async def listing(self, prefix: str) -> tuple[dict[str, Entry], int]:
-        """``snapshot``, and the highest revision among the keys' last messages, deletion
-        markers included (0 when there is none): the keys' state at that revision, since
-        any later write to one of them would be its last message.
+    async def listing(self, prefix: str) -> Listing:
+        """Every live key starting with ``prefix`` (ending with a dot) or equal to it, as
+        of the highest revision among the keys' last messages, deletion markers included
+        (0 when there is none): any later write to one of them would be its last message.
 
         Read with a KV watcher (last value per key), to the entry after which the server
         says nothing is pending. Not to nats-py's end-of-initial-values marker: it is put
         first when the consumer info shows nothing pending and nothing received yet, which
-        also happens while the one value is in flight (a snapshot right after a write then
+        also happens while the one value is in flight (a listing right after a write then
         came back empty)."""
-        kv = self._kv_or_fail()
+        _, kv = self._opened()
         pattern = prefix + ">" if prefix.endswith(".") else prefix
 
-        async def read() -> tuple[dict[str, Entry], int]:
-            entries: dict[str, Entry] = {}
+        async def read() -> Listing:
+            entries: dict[str, KeyValue] = {}
             revision = 0
             watcher = await kv.watch(pattern, inactive_threshold=self.settings.call_timeout)
             try:
@@ -399,7 +365,7 @@ class Bucket:
                 assert sub is not None  # kv.watch subscribed it
                 info = await sub.consumer_info()
                 if info.num_pending == 0 and info.delivered.consumer_seq == 0:
-                    return entries, revision  # nothing stored, nothing in flight
+                    return Listing((), 0)  # nothing stored, nothing in flight
                 async for entry in watcher:
                     if entry is None:  # nats-py's marker (see above): not the end
                         continue
@@ -407,29 +373,21 @@ class Bucket:
                     if entry.operation in ("DEL", "PURGE"):
                         entries.pop(entry.key, None)
                     else:
-                        entries[entry.key] = Entry(entry.key, entry.value or b"", entry.revision)
+                        value = entry.value or b""
+                        entries[entry.key] = KeyValue(entry.key, value, entry.revision or 0)
                     if not entry.delta:
-                        return entries, revision
+                        break
             finally:
-                await stop_watcher(watcher)
-            return entries, revision
+                await _stop_watcher(watcher)
+            return Listing(tuple(entries[key] for key in sorted(entries)), revision)
 
         return await self._call(f"read {pattern}", read, None)
-
-    async def watch(self, prefix: str) -> KeyValue.KeyWatcher:
-        """A KV watcher on ``prefix`` (see ``snapshot``), from the last value of each key on;
-        the caller stops it."""
-        kv = self._kv_or_fail()
-        pattern = prefix + ">" if prefix.endswith(".") else prefix
-        return await self._call(f"watch {pattern}", lambda: kv.watch(pattern), None)
 
     async def follow(self, prefix: str, after: int) -> JetStreamContext.PushSubscription:
         """The raw messages under ``prefix`` (ending with a dot) from revision ``after + 1``
         on, deletion and expiry markers included, in order (an ordered consumer); the
         caller unsubscribes it."""
-        js = self._js
-        self._kv_or_fail()
-        assert js is not None
+        js, _ = self._opened()
         config = js_api.ConsumerConfig(opt_start_seq=after + 1)
 
         async def subscribe() -> JetStreamContext.PushSubscription:
@@ -451,10 +409,7 @@ class Bucket:
     async def purge_prefix(self, prefix: str) -> None:
         """Remove every message under ``prefix`` (ending with a dot), leaving no marker:
         for records nothing must see deleted."""
-        js = self._js
-        self._kv_or_fail()
-        assert js is not None
-        subject = self._subject + prefix + ">"
+        (js, _), subject = self._opened(), self._subject + prefix + ">"
         await self._call(
             f"purge {prefix}>", lambda: js.purge_stream(self._stream, subject=subject), None
         )
@@ -462,14 +417,12 @@ class Bucket:
     async def history(self) -> tuple[str, int]:
         """Which history the bucket holds (its stream's creation time: another after it was
         deleted and made again) and how far it goes (the last revision)."""
-        js = self._js
-        self._kv_or_fail()
-        assert js is not None
+        js, _ = self._opened()
         info = await self._call("stream info", lambda: js.stream_info(self._stream), None)
         return str(info.created), int(info.state.last_seq)
 
 
-async def stop_watcher(watcher: KeyValue.KeyWatcher) -> None:
+async def _stop_watcher(watcher: NatsKeyValue.KeyWatcher) -> None:
     """Unsubscribe a watcher and delete its consumer, bounded and shielded; a connection
     already gone is fine. Deleted, not left to its inactivity threshold: every listing
     makes one, and with hundreds a second (a leader reading holds while handlers churn)

@@ -12,10 +12,10 @@ a lease carries its id in the ``Shoal-Lease`` header and is written in one atomi
 (nats-server >= 2.12) whose first message, the binding ``bind.{id}.{key}``, compares the
 lease record's revision: no key is ever written on a lease that ended. The bound keys of
 an ended lease are deleted by whoever sees the end: ``revoke`` itself, and the sweeper
-every open store runs (a KV watcher on ``lease.>``: after each end it sees, and after
-every (re)connect, it deletes the keys still carrying the id of a lease that is no longer
-live, then removes the bindings). So a key outlives its expired lease by the server's
-expiry delay plus one sweep, and only while no store is open to sweep it.
+every open store runs (it follows ``lease.`` as the watch does: after each end it sees,
+and after each listing, it deletes the keys still carrying the id of a lease that is no
+longer live, then removes the bindings). So a key outlives its expired lease by the
+server's expiry delay plus one sweep, and only while no store is open to sweep it.
 
 The watch follows the bucket's stream (an ordered consumer) from the revision after the
 last change it yielded; after a reconnect it resumes from there, unless the stream is
@@ -36,7 +36,7 @@ from anyio.abc import TaskStatus
 from adapters._backoff import Backoff
 from adapters._lease import check_ttl
 from adapters._lifecycle import Lifecycle
-from adapters.natskv._bucket import Bucket, is_tombstone, stop_watcher
+from adapters.natskv._bucket import Bucket, is_tombstone
 from adapters.natskv._settings import NatsKvSettings
 from core.errors import LeaseLostError, RevisionConflictError, StoreUnavailableError
 from core.keyspace import KeyChange, KeyValue, Listing, Resync, check_key, check_prefix
@@ -86,9 +86,7 @@ class NatsKvCoordinationStore(Lifecycle):
         return None if entry is None else KeyValue(key, entry.value, entry.revision)
 
     async def list_prefix(self, prefix: str) -> Listing:
-        entries, revision = await self._bucket.listing(_kv_key(check_prefix(prefix)))
-        values = (KeyValue(_port_key(e.key), e.value, e.revision) for e in entries.values())
-        return Listing(tuple(sorted(values, key=lambda value: value.key)), revision)
+        return _port_listing(await self._bucket.listing(_kv_key(check_prefix(prefix))))
 
     async def create(self, key: str, value: bytes, *, lease: int | None = None) -> int:
         name = _kv_key(check_key(key))
@@ -106,7 +104,7 @@ class NatsKvCoordinationStore(Lifecycle):
         if lease is not None:
             return await self._write_on_lease(name, value, lease, expected=revision)
         await self._expect(name, revision)
-        written = await self._bucket.update(name, value, last=revision)
+        written = await self._bucket.publish(name, value, last=revision)
         if written is None:
             raise RevisionConflictError(f"NATS KV {key}: not at revision {revision}")
         return written
@@ -137,7 +135,7 @@ class NatsKvCoordinationStore(Lifecycle):
             current, last = await self._bucket.latest(name)
             if (current is not None) if expected is None else (current is None or last != expected):
                 raise RevisionConflictError(f"NATS KV {name}: not absent or at {expected}")
-            written = await self._bucket.update_fenced(
+            written = await self._bucket.publish_fenced(
                 name,
                 value,
                 last=last,
@@ -167,7 +165,7 @@ class NatsKvCoordinationStore(Lifecycle):
             if record is None:
                 raise LeaseLostError(f"NATS KV lease {lease} expired or was revoked")
             ttl = float(record.value)
-            if await self._bucket.update(name, record.value, last=record.revision, ttl=ttl):
+            if await self._bucket.publish(name, record.value, last=record.revision, ttl=ttl):
                 return
         raise StoreUnavailableError(f"NATS KV {name}: its revision kept moving")
 
@@ -179,59 +177,68 @@ class NatsKvCoordinationStore(Lifecycle):
     async def _delete_bound_keys(self, lease: int) -> None:
         """Delete the keys that still carry ``lease`` (one rewritten since is not its own any
         more), then the bindings."""
-        bindings = await self._bucket.snapshot(f"{_BINDINGS}{lease}.")
-        for binding in sorted(bindings):
-            name = _DATA + binding.removeprefix(f"{_BINDINGS}{lease}.")
+        bindings = await self._bucket.listing(f"{_BINDINGS}{lease}.")
+        for binding in bindings.entries:
+            name = _DATA + binding.key.removeprefix(f"{_BINDINGS}{lease}.")
             entry = await self._bucket.get(name)
             if entry is not None and entry.headers.get(_LEASE_HEADER) == str(lease):
                 await self._bucket.delete(name, last=entry.revision)  # None: rewritten since
         await self._bucket.purge_prefix(f"{_BINDINGS}{lease}.")
 
     async def _delete_keys_of_ended_leases(self) -> None:
-        bound = {int(key.split(".")[1]) for key in await self._bucket.snapshot(_BINDINGS)}
-        live = {int(key.removeprefix(_LEASES)) for key in await self._bucket.snapshot(_LEASES)}
+        bindings, leases = (
+            await self._bucket.listing(_BINDINGS),
+            await self._bucket.listing(_LEASES),
+        )
+        bound = {int(entry.key.split(".")[1]) for entry in bindings.entries}
+        live = {int(entry.key.removeprefix(_LEASES)) for entry in leases.entries}
         for lease in sorted(bound - live):
-            # A watcher's snapshot may miss a record rewritten while it read; a direct read
+            # A listing may miss a record rewritten while it read; a direct read
             # of the record is the truth a live lease's keys must never be deleted against.
             if await self._bucket.get(_lease_key(lease)) is None:
                 _log.info("NATS KV lease %d ended: deleting the keys bound to it", lease)
                 await self._delete_bound_keys(lease)
 
     async def _sweep_ended_leases(self, *, task_status: TaskStatus[None]) -> None:
-        bucket, settings = self._bucket, self.settings
-        backoff = Backoff(settings.retry_interval, settings.max_retry_interval)
-        task_status.started()
-        while not bucket.closed:
-            generation = bucket.generation
-            try:
-                watcher = await bucket.watch(_LEASES)
-            except StoreUnavailableError as exc:
-                _log.warning("NATS KV lease sweeper: %s; retrying", exc)
-                await backoff.sleep()
-                continue
-            try:
-                ended = True  # leases may have ended while nobody watched
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(_cancel_on_reconnect, bucket, generation, tasks.cancel_scope)
-                    async for entry in watcher:
-                        ended = ended or (entry is not None and entry.operation is not None)
-                        if ended and (entry is None or not entry.delta):  # caught up
-                            ended = False
-                            await self._delete_keys_of_ended_leases()
-                            backoff.reset()
-                    tasks.cancel_scope.cancel()
-            except* StoreUnavailableError as failed:  # raised inside the task group: grouped
-                _log.warning("NATS KV lease sweeper: %s; watching again", failed.exceptions[0])
-                await backoff.sleep()
-            finally:
-                await stop_watcher(watcher)
+        """Sweep after each listing and each end of a lease the follower sees; the ends seen
+        during a sweep make one sweep more."""
+        due = anyio.Event()
+        backoff = Backoff(self.settings.retry_interval, self.settings.max_retry_interval)
+
+        async def follow() -> None:
+            async for change in self._changes(_LEASES):
+                if isinstance(change, Resync) or change.value is None:
+                    due.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follow)
+            task_status.started()
+            while True:
+                await due.wait()
+                due = anyio.Event()
+                try:
+                    await self._delete_keys_of_ended_leases()
+                    backoff.reset()
+                except StoreUnavailableError as exc:
+                    _log.warning("NATS KV lease sweeper: %s; sweeping again", exc)
+                    due.set()
+                    await backoff.sleep()
 
     # --- watch -----------------------------------------------------------------------------
 
     async def watch(
         self, prefix: str, *, after: int | None = None
     ) -> AsyncGenerator[KeyChange | Resync, None]:
-        subjects = _kv_key(check_prefix(prefix))
+        async for change in self._changes(_kv_key(check_prefix(prefix)), after):
+            if isinstance(change, Resync):
+                yield Resync(_port_listing(change.listing))
+            else:
+                yield KeyChange(_port_key(change.key), change.value, change.revision)
+
+    async def _changes(
+        self, prefix: str, after: int | None = None
+    ) -> AsyncGenerator[KeyChange | Resync, None]:
+        """The port's watch of the bucket's keys under ``prefix`` (ending with a dot)."""
         bucket, settings = self._bucket, self.settings
         backoff = Backoff(settings.retry_interval, settings.max_retry_interval)
         revision = after
@@ -240,7 +247,7 @@ class NatsKvCoordinationStore(Lifecycle):
             generation = bucket.generation
             try:
                 if revision is None:
-                    listing = await self.list_prefix(prefix)
+                    listing = await bucket.listing(prefix)
                     revision = listing.revision
                     yield Resync(listing)
                 created, last = await bucket.history()
@@ -249,7 +256,7 @@ class NatsKvCoordinationStore(Lifecycle):
                     stream, revision = created, None
                     continue
                 stream = created
-                subscription = await bucket.follow(subjects, revision)
+                subscription = await bucket.follow(prefix, revision)
             except StoreUnavailableError as exc:
                 if bucket.closed:
                     raise
@@ -257,6 +264,7 @@ class NatsKvCoordinationStore(Lifecycle):
                 await backoff.sleep()
                 continue
             try:
+                # the ordered consumer may be gone with a restarted server: follow anew
                 while bucket.generation == generation:
                     try:
                         message = await subscription.next_msg(timeout=_POLL)
@@ -266,7 +274,7 @@ class NatsKvCoordinationStore(Lifecycle):
                     if sequence > revision:
                         revision = sequence
                         value = None if is_tombstone(message.headers) else message.data
-                        yield KeyChange(_port_key(bucket.key_of(message.subject)), value, sequence)
+                        yield KeyChange(bucket.key_of(message.subject), value, sequence)
                         backoff.reset()
             except nats.errors.Error as exc:
                 if bucket.closed:
@@ -281,7 +289,6 @@ class NatsKvCoordinationStore(Lifecycle):
                         _log.debug("NATS KV watch %s: unsubscribing: %r", prefix, exc)
 
 
-async def _cancel_on_reconnect(bucket: Bucket, generation: int, scope: anyio.CancelScope) -> None:
-    """The ordered consumer may be gone with a restarted server: start a new watcher."""
-    await bucket.wait_reconnect(generation)
-    scope.cancel()
+def _port_listing(listing: Listing) -> Listing:
+    entries = (KeyValue(_port_key(e.key), e.value, e.revision) for e in listing.entries)
+    return Listing(tuple(sorted(entries, key=lambda entry: entry.key)), listing.revision)

@@ -16,9 +16,8 @@ from nats.js.errors import NotFoundError
 
 from adapters.nats import NatsSettings
 from adapters.natskv import NatsKvCoordinationStore, NatsKvSettings
-from adapters.natskv._bucket import Entry
 from core.errors import StoreUnavailableError
-from core.keyspace import KeyChange
+from core.keyspace import KeyChange, Listing
 from infra.local._testservers import ServerInfo
 from tests.contract._coordination import next_within, server_features, watching
 from tests.contract._kv import CoordinationStoreContract
@@ -80,16 +79,16 @@ async def test_the_lease_sweeper_survives_a_read_the_server_does_not_answer(
     """A read that times out inside the sweeper (a server under a full stream did so in the
     fault matrix) is retried; it used to end the dialect, and the process with it."""
     async with harness.store() as store:
-        original = store._bucket.snapshot
+        original = store._bucket.listing
         refused: list[str] = []
 
-        async def once_unanswered(prefix: str) -> dict[str, Entry]:
-            if not refused:
+        async def once_unanswered(prefix: str) -> Listing:
+            if not refused and prefix == "bind.":  # the sweep's read, not the follower's
                 refused.append(prefix)
                 raise StoreUnavailableError(f"read {prefix}> not answered within 5 s")
             return await original(prefix)
 
-        monkeypatch.setattr(store._bucket, "snapshot", once_unanswered)
+        monkeypatch.setattr(store._bucket, "listing", once_unanswered)
         lease = await store.grant(1.0)
         created = await store.create("s/bound", b"", lease=lease)
         # not renewed: the lease ends on the server, and the sweeper deletes its key
