@@ -1,7 +1,7 @@
 """One etcd connection shared by an adapter's calls, with a timeout on every call.
 
 Every failure to reach etcd (timeout, connection refused, a gRPC error) surfaces as
-``StoreUnavailableError``; a write on a lease etcd no longer knows surfaces as
+``StoreUnavailableError``; a call on a lease etcd no longer knows surfaces as
 ``LeaseLostError``. ``watch_stream`` is one raw stream; the store's ``watch`` (``_kv``) resumes it.
 """
 
@@ -10,18 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
 import grpc  # type: ignore[import-untyped]
-from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
-from etcd3aio._protobuf import Compare, WatchCreateRequest, WatchRequest, WatchStub
+from etcd3aio import Etcd3Client, EtcdError
+from etcd3aio._protobuf import WatchCreateRequest, WatchRequest, WatchStub
 from etcd3aio.errors import EtcdPermissionDeniedError, EtcdUnauthenticatedError
-from etcd3aio.kv import KVService
 
-from adapters.etcd._detach import detached
 from adapters.etcd._settings import EtcdSettings
 from core.errors import LeaseLostError, StoreUnavailableError
 
@@ -29,6 +26,40 @@ __all__ = ["EtcdClient"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# grpc.aio answers a cancelled call with a *fresh* ``asyncio.CancelledError()`` (its inner
+# response task swallows the cancellation it was sent), which anyio does not take for its
+# own: ``fail_after``/``move_on_after`` and task group cancellation around a grpc call
+# would not stop at their scope, the error would cancel the enclosing task. ``_detached``
+# runs the call in a task of its own awaited through ``asyncio.shield``: the caller gets
+# anyio's own cancellation, and the call is cancelled (and briefly waited for) on the way
+# out. A call that grpc cancelled by itself (its channel closed under it) raises
+# ``StoreUnavailableError``, not a cancellation.
+_CANCEL_WAIT = 1.0  # bound on waiting for a cancelled call to wind down
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # mark it retrieved: no "exception was never retrieved" log
+
+
+async def _detached(awaitable: Awaitable[T]) -> T:
+    inner: asyncio.Future[T] = asyncio.ensure_future(awaitable)
+    inner.add_done_callback(_retrieve)
+    try:
+        return await asyncio.shield(inner)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if inner.cancelled() and task is not None and task.cancelling() == 0:
+            # Nobody cancelled us: grpc cancelled the call itself (its channel was closed).
+            raise StoreUnavailableError("the etcd call was cancelled: client closed") from None
+        raise
+    finally:
+        if not inner.done():
+            inner.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({inner}, timeout=_CANCEL_WAIT)
+
 
 # gRPC's own reconnect backoff grows to 120 s by default, so after a long etcd outage a
 # client could stay disconnected for two minutes: every lease would be lost. Cap it.
@@ -57,9 +88,7 @@ class EtcdClient:
             if s.tls_cert_file is not None and s.tls_key_file is not None:
                 cert, key = s.tls_cert_file.read_bytes(), s.tls_key_file.read_bytes()
         client = Etcd3Client(
-            list(s.endpoints),
-            watch_reconnect_backoff_seconds=s.retry_interval,
-            watch_max_reconnect_backoff_seconds=max(s.retry_interval, s.max_retry_interval),
+            list(s.endpoints),  # its own watch is not used (``watch_stream``)
             tls_server_name=s.tls_server_name if tls else None,
             ca_cert=ca,
             cert_chain=cert,
@@ -82,10 +111,10 @@ class EtcdClient:
         client, self._client = self._client, None
         if client is not None:
             with anyio.move_on_after(self.settings.close_timeout, shield=True):
-                await detached(client.close())
+                await _detached(client.close())
 
     @property
-    def _connected(self) -> Etcd3Client:
+    def connected(self) -> Etcd3Client:
         if self._client is None:
             raise StoreUnavailableError("etcd client is closed (use the adapter in `async with`)")
         return self._client
@@ -94,7 +123,7 @@ class EtcdClient:
     def closed(self) -> bool:
         return self._client is None
 
-    async def _call(
+    async def call(
         self, what: str, call: Callable[[float], Awaitable[T]], bound: float | None = None
     ) -> T:
         """Run ``call(timeout)`` within ``bound`` (default ``call_timeout``), mapping errors."""
@@ -103,13 +132,13 @@ class EtcdClient:
             with anyio.fail_after(timeout):
                 token = await self._authenticated()
                 try:
-                    return await detached(call(timeout))
+                    return await _detached(call(timeout))
                 except (EtcdUnauthenticatedError, grpc.aio.AioRpcError) as exc:
                     if not _unauthenticated(exc) or self.settings.user is None:
                         raise
                     # etcd forgot the token (its TTL, or etcd restarted): log in again, once
                     await self._authenticated(stale=token)
-                    return await detached(call(timeout))
+                    return await _detached(call(timeout))
         except TimeoutError as exc:
             raise StoreUnavailableError(
                 f"etcd {what}: no answer within {timeout:g} s from {self.where}"
@@ -130,7 +159,7 @@ class EtcdClient:
     async def _authenticated(self, stale: str | None = None) -> str | None:
         """With a user: the auth token in force, fetched when there is none yet or when it
         is still ``stale`` (one login for every caller that saw it refused)."""
-        s, client = self.settings, self._connected
+        s, client = self.settings, self.connected
         if s.user is None:
             return None
         async with self._auth_lock:
@@ -140,14 +169,14 @@ class EtcdClient:
                 password = self._password() if self._password is not None else ""
                 client.set_token(None)  # a login sent with a stale token is refused
                 try:
-                    response = await detached(auth.authenticate(s.user, password))
+                    response = await _detached(auth.authenticate(s.user, password))
                 except (EtcdUnauthenticatedError, EtcdPermissionDeniedError) as exc:
                     raise StoreUnavailableError(
                         f"etcd at {self.where} refused user {s.user!r}: {exc}"
                     ) from None
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
-                        raise  # unreachable and the like: _call says so
+                        raise  # unreachable and the like: call says so
                     # etcd's answer to a wrong password or an unknown user
                     raise StoreUnavailableError(
                         f"etcd at {self.where} refused user {s.user!r}: {exc.details()}"
@@ -155,78 +184,6 @@ class EtcdClient:
                 self._token = str(response.token)
                 client.set_token(self._token)
             return self._token
-
-    # --- KV ----------------------------------------------------------------------------
-
-    async def server_version(self) -> str:
-        """The version of the member this client talks to (its ``Status``)."""
-        maintenance = self._connected.maintenance
-        assert maintenance is not None
-        response = await self._call("status", lambda t: maintenance.status(timeout=t))
-        return str(response.version)
-
-    async def get_range(self, key: str, *, prefix: bool = False) -> tuple[list[Any], int]:
-        """The mvccpb.KeyValues at ``key`` (or under it: ``prefix``, sorted by key) and the
-        store revision of the read."""
-        kv = self._connected.kv
-        assert kv is not None
-        end = prefix_range_end(key) if prefix else None
-        response = await self._call("get", lambda t: kv.get(key, end, timeout=t))
-        return list(response.kvs), int(response.header.revision)
-
-    async def write_if(self, key: str, revision: int, value: bytes | None, lease: int) -> int:
-        """Put ``value`` at ``key`` (delete it: None) if its mod revision is still
-        ``revision`` (0: absent), in one transaction: the revision written, 0 when refused."""
-        kv = self._connected.kv
-        assert kv is not None
-        compare = Compare(
-            result=Compare.EQUAL, target=Compare.MOD, key=key.encode(), mod_revision=revision
-        )
-        operation = (
-            KVService.txn_op_delete(key)
-            if value is None
-            else KVService.txn_op_put(key, value, lease=lease)
-        )
-        response = await self._call(
-            "txn", lambda t: kv.txn([compare], [operation], [], timeout=t, max_attempts=1)
-        )
-        return int(response.header.revision) if response.succeeded else 0
-
-    # --- leases ------------------------------------------------------------------------
-
-    async def grant(self, ttl: float) -> int:
-        """A new lease of ``ceil(ttl)`` seconds (etcd may round it up, to 2 s at least)."""
-        lease = self._connected.lease
-        assert lease is not None
-        seconds = max(1, math.ceil(ttl))
-        response = await self._call(
-            "lease grant", lambda t: lease.grant(seconds, timeout=t, max_attempts=1)
-        )
-        return int(response.ID)
-
-    async def revoke(self, lease_id: int) -> None:
-        """Revoke ``lease_id`` and delete its keys; a lease etcd no longer knows is fine."""
-        lease = self._connected.lease
-        assert lease is not None
-        with contextlib.suppress(LeaseLostError):
-            await self._call("lease revoke", lambda t: lease.revoke(lease_id, timeout=t))
-
-    async def keep_alive_once(self, lease_id: int, within: float) -> int:
-        """Renew ``lease_id`` once; the remaining TTL in seconds, 0 when etcd lost the lease."""
-        lease = self._connected.lease
-        assert lease is not None
-
-        async def renew(_: float) -> int:
-            stream = lease.keep_alive(lease_id)
-            try:
-                async for response in stream:
-                    return int(response.TTL)
-            finally:
-                stream.cancel()
-            raise StoreUnavailableError("etcd lease keepalive: the stream ended without answer")
-
-        bound = min(within, self.settings.call_timeout)
-        return await self._call("lease keepalive", renew, max(bound, 0.001))
 
     # --- watch -------------------------------------------------------------------------
 
@@ -241,7 +198,7 @@ class EtcdClient:
         leaks a pending grpc request task every time a stream breaks (its request
         generator waits forever, and grpc only cancels it while the call is still live).
         """
-        client = self._connected
+        client = self.connected
         request = WatchRequest(
             create_request=WatchCreateRequest(
                 key=key.encode(),
@@ -265,7 +222,7 @@ class EtcdClient:
             call = WatchStub(client._channel).Watch(requests(done), metadata=metadata)
             try:
                 while True:
-                    response = await detached(call.read())
+                    response = await _detached(call.read())
                     if response is grpc.aio.EOF:
                         return
                     if (

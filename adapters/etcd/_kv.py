@@ -9,13 +9,17 @@ cancels the watch, it yields a ``Resync``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 from etcd3aio import prefix_range_end
+from etcd3aio._protobuf import Compare
+from etcd3aio.kv import KVService
 
 from adapters._backoff import Backoff
 from adapters._lease import check_ttl
@@ -47,8 +51,10 @@ class EtcdCoordinationStore(Lifecycle):
 
     async def _connect(self) -> None:
         await self._client.connect()
-        version = await self._client.server_version()
-        problem = refusal(f"etcd at {self._client.where}", version, (ETCD,))
+        maintenance = self._client.connected.maintenance
+        assert maintenance is not None
+        status = await self._client.call("status", lambda t: maintenance.status(timeout=t))
+        problem = refusal(f"etcd at {self._client.where}", str(status.version), (ETCD,))
         if problem is not None:
             raise IncompatibleServerError(problem)
 
@@ -58,14 +64,19 @@ class EtcdCoordinationStore(Lifecycle):
     # --- keys ------------------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        found, _ = await self._client.get_range(self._root + check_key(key))
+        found, _ = await self._range(self._root + check_key(key), None)
         return self._value(found[0]) if found else None
 
     async def list_prefix(self, prefix: str) -> Listing:
-        found, revision = await self._client.get_range(
-            self._root + check_prefix(prefix), prefix=True
-        )
+        path = self._root + check_prefix(prefix)
+        found, revision = await self._range(path, prefix_range_end(path))
         return Listing(tuple(self._value(kv) for kv in found), revision)
+
+    async def _range(self, key: str, end: bytes | None) -> tuple[list[Any], int]:
+        kv = self._client.connected.kv
+        assert kv is not None
+        response = await self._client.call("get", lambda t: kv.get(key, end, timeout=t))
+        return list(response.kvs), int(response.header.revision)
 
     async def create(self, key: str, value: bytes, *, lease: int | None = None) -> int:
         return await self._write(key, 0, value, lease, "exists")
@@ -81,24 +92,61 @@ class EtcdCoordinationStore(Lifecycle):
     async def _write(
         self, key: str, revision: int, value: bytes | None, lease: int | None, refusal: str
     ) -> int:
+        """Put ``value`` (delete: None) if the key's mod revision is still ``revision`` (0:
+        absent), in one transaction."""
         path = self._root + check_key(key)
-        written = await self._client.write_if(path, revision, value, lease or 0)
-        if not written:
+        kv = self._client.connected.kv
+        assert kv is not None
+        compare = Compare(
+            result=Compare.EQUAL, target=Compare.MOD, key=path.encode(), mod_revision=revision
+        )
+        operation = (
+            KVService.txn_op_delete(path)
+            if value is None
+            else KVService.txn_op_put(path, value, lease=lease or 0)
+        )
+        response = await self._client.call(
+            "txn", lambda t: kv.txn([compare], [operation], [], timeout=t, max_attempts=1)
+        )
+        if not response.succeeded:
             raise RevisionConflictError(f"etcd {key}: {refusal}")
-        return written
+        return int(response.header.revision)
 
     # --- leases ----------------------------------------------------------------------------
 
     async def grant(self, ttl: float) -> int:
+        """A lease of ``ceil(ttl)`` seconds (etcd may round it up, to 2 s at least)."""
         check_ttl(ttl)
-        return await self._client.grant(ttl)
+        lease = self._client.connected.lease
+        assert lease is not None
+        seconds = max(1, math.ceil(ttl))
+        response = await self._client.call(
+            "lease grant", lambda t: lease.grant(seconds, timeout=t, max_attempts=1)
+        )
+        return int(response.ID)
 
     async def keep_alive(self, lease: int) -> None:
-        if await self._client.keep_alive_once(lease, self.settings.call_timeout) <= 0:
+        leases = self._client.connected.lease
+        assert leases is not None
+
+        async def renew(_: float) -> int:
+            stream = leases.keep_alive(lease)
+            try:
+                async for response in stream:
+                    return int(response.TTL)
+            finally:
+                stream.cancel()
+            raise StoreUnavailableError("etcd lease keepalive: the stream ended without answer")
+
+        if await self._client.call("lease keepalive", renew) <= 0:
             raise LeaseLostError(f"etcd lease {lease:x} expired or was revoked")
 
     async def revoke(self, lease: int) -> None:
-        await self._client.revoke(lease)
+        """A lease etcd no longer knows is revoked already."""
+        leases = self._client.connected.lease
+        assert leases is not None
+        with contextlib.suppress(LeaseLostError):
+            await self._client.call("lease revoke", lambda t: leases.revoke(lease, timeout=t))
 
     # --- watch -----------------------------------------------------------------------------
 

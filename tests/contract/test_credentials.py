@@ -366,14 +366,17 @@ async def test_etcd_watch_stream_logs_in_again_when_its_token_expired(
     key = f"/t-{uuid.uuid4().hex[:12]}"
     client = EtcdClient(settings)
     await client.connect()
+    kv = client.connected.kv
+    assert kv is not None
     try:
-        _, revision = await client.get_range(key)  # logs in
+        read = await client.call("get", lambda t: kv.get(key, timeout=t))  # logs in
+        revision = int(read.header.revision)
         await anyio.sleep(3)  # etcd forgets the unused token after 2 s (--auth-token-ttl)
         stream = client.watch_stream(key, None, revision + 1)
         async with aclosing(stream):
             created = await anext(stream)
             assert created.created and not created.canceled  # opened again with a new token
-            assert await client.write_if(key, 0, b"v", 0)
+            await client.call("put", lambda t: kv.put(key, b"v", timeout=t))
             with anyio.fail_after(10):
                 event = await anext(stream)
             assert [bytes(e.kv.key).decode() for e in event.events] == [key]
