@@ -42,6 +42,14 @@ local function next_revision()
   end
   return revision
 end
+local function token_at(revision)
+  -- the token of the call that wrote ``revision``, '' when its event is gone
+  local entry = redis.call('XRANGE', p .. 'events', revision .. '-0', revision .. '-0')[1]
+  for i = 1, entry and #entry[2] or 0, 2 do
+    if entry[2][i] == 'w' then return entry[2][i + 1] end
+  end
+  return ''
+end
 local function record(revision, key, value)
   local id = revision .. '-0'
   if value then
@@ -115,21 +123,9 @@ local revision = last_revision()
 if ARGV[4] == 'since' then
   local since, seen = tonumber(ARGV[5]), ARGV[6]
   if revision < since then return 0 end
-  if seen == '' then return 1 end
-  local entry = redis.call('XRANGE', p .. 'events', since .. '-0', since .. '-0')[1]
-  if not entry then return 0 end
-  for i = 1, #entry[2], 2 do
-    if entry[2][i] == 'w' then return entry[2][i + 1] == seen and 1 or 0 end
-  end
-  return 0
+  return (seen == '' or token_at(since) == seen) and 1 or 0
 end
-local newest = redis.call('XRANGE', p .. 'events', revision .. '-0', revision .. '-0')[1]
-local reply = {revision, ''}
-if newest then
-  for i = 1, #newest[2], 2 do
-    if newest[2][i] == 'w' then reply[2] = newest[2][i + 1] end
-  end
-end
+local reply = {revision, token_at(revision)}
 local keys
 if ARGV[4] == 'get' then
   keys = {ARGV[5]}
