@@ -275,7 +275,7 @@ class KafkaCoordinationStore(Lifecycle):
             after = listing.revision
             yield Resync(listing)
         while True:
-            changed = self._tail.changes.event()
+            changed = self._tail.changed()
             current = self._replica.space
             pending = None if current is None else current.changes_after(after)
             if current is not None and pending is None:  # reloaded, or fell behind
@@ -314,7 +314,7 @@ class KafkaCoordinationStore(Lifecycle):
             timeout = self.settings.call_timeout
             with anyio.move_on_after(timeout):
                 while (outcome := self._waiting[rid]) is None:
-                    await self._tail.changes.event().wait()
+                    await self._tail.changed().wait()
                 if outcome.refused:
                     raise _REFUSALS[outcome.refused](outcome.why)
                 return outcome.value

@@ -26,39 +26,18 @@ from adapters.kafka._aiokafka import (
 from adapters.kafka._settings import KafkaSettings
 from core.errors import StoreUnavailableError
 
-__all__ = ["Appender", "Changes", "TopicTail"]
+__all__ = ["Appender", "TopicTail"]
 
 _log = logging.getLogger("shoal.adapters.kafka.coord")
 
 Apply = Callable[[int, bytes | None, bytes | None], None]
 
 
-class Changes:
-    """A change counter to wait on: take ``event()`` *before* reading, wait on it after."""
-
-    def __init__(self) -> None:
-        self._event = anyio.Event()
-
-    def event(self) -> anyio.Event:
-        return self._event
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
-
-
 class TopicTail:
     """Apply every record of ``topic``'s partition 0 with ``apply(offset, key, value)``."""
 
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        topic: str,
-        apply: Apply,
-        on_change: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, settings: KafkaSettings, topic: str, apply: Apply) -> None:
         self.settings = settings
-        self._on_change = on_change
         self.topic = topic
         self._apply = apply
         self._tp = TopicPartition(topic, 0)
@@ -70,7 +49,11 @@ class TopicTail:
         self._scope: anyio.CancelScope | None = None
         self.position = 0  # the next offset to apply
         self.timestamp = 0  # the broker's timestamp (ms) of the record being applied
-        self.changes = Changes()
+        self._changed = anyio.Event()
+
+    def changed(self) -> anyio.Event:
+        """Set at the next change of ``position``: take it *before* reading, wait after."""
+        return self._changed
 
     def _new_consumer(self) -> Any:
         s = self.settings
@@ -133,9 +116,8 @@ class TopicTail:
                 continue
             if position != self.position or batches:
                 self.position = position
-                self.changes.notify()
-                if self._on_change is not None:
-                    self._on_change()
+                self._changed.set()
+                self._changed = anyio.Event()
 
     async def sync(self) -> None:
         """Wait until every record stored before this call is applied. Raises
@@ -148,7 +130,7 @@ class TopicTail:
             with anyio.fail_after(timeout):
                 end = int((await probe.end_offsets([self._tp]))[self._tp])
                 while self.position < end:
-                    await self.changes.event().wait()
+                    await self.changed().wait()
         except TimeoutError as exc:
             raise StoreUnavailableError(
                 f"Kafka: {self.topic} not read up to its end within {timeout:g} s"
