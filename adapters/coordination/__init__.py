@@ -7,7 +7,7 @@ revisions read did not move. Each class implements one port and owns its dialect
 (``async with``). Key layout: ``adapters.coordination._base``.
 """
 
-from adapters.coordination._base import Dialect, StoreAdapter, Timing, timing_of
+from adapters.coordination._base import Dialect, StoreAdapter
 from adapters.coordination._election import StoreElection, StoreLeadership
 from adapters.coordination._membership import (
     StoreLoadReports,
@@ -31,6 +31,4 @@ __all__ = [
     "StoreMembership",
     "StoreMembershipLease",
     "StoreProjectRegistry",
-    "Timing",
-    "timing_of",
 ]

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -24,6 +23,7 @@ from anyio.abc import TaskStatus
 
 from adapters._lease import RenewedLease, check_ttl
 from adapters._lifecycle import Lifecycle
+from adapters._store_settings import StoreTiming
 from core.errors import ShoalError, StoreUnavailableError
 from core.keyspace import KeyValue, Resync, encode_segment
 from core.model import MemberId, Partition
@@ -31,6 +31,7 @@ from core.ports import CoordinationStore
 
 __all__ = [
     "ASSIGNMENT",
+    "DEFAULT_TIMING",
     "HOLDS",
     "LEADER",
     "MEMBERS",
@@ -38,14 +39,12 @@ __all__ = [
     "Dialect",
     "StoreAdapter",
     "StoreLease",
-    "Timing",
     "hold_key",
     "member_key",
     "projects_prefix",
     "put",
     "report_key",
     "snapshots",
-    "timing_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -92,30 +91,9 @@ class Dialect(CoordinationStore, Protocol):
     ) -> bool | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """How leases are renewed and how long leaving may take (each store's settings)."""
-
-    max_renew_interval: float = 5.0
-    retry_interval: float = 0.25
-    close_timeout: float = 5.0
-
-
-class TimingSettings(Protocol):
-    """The lease and exit timing every store's settings carry."""
-
-    @property
-    def max_renew_interval(self) -> float: ...
-
-    @property
-    def retry_interval(self) -> float: ...
-
-    @property
-    def close_timeout(self) -> float: ...
-
-
-def timing_of(settings: TimingSettings) -> Timing:
-    return Timing(settings.max_renew_interval, settings.retry_interval, settings.close_timeout)
+# The settings of a store's dialect carry its timing; these are StoreTiming's defaults,
+# without reading the environment (tests and the in-memory store).
+DEFAULT_TIMING = StoreTiming.model_construct()
 
 
 async def put(
@@ -155,7 +133,12 @@ class StoreLease(RenewedLease):
     """One lease granted by the store, renewed by ``adapters._lease``'s rule."""
 
     def __init__(
-        self, store: CoordinationStore, lease_id: int, ttl: float, granted_at: float, timing: Timing
+        self,
+        store: CoordinationStore,
+        lease_id: int,
+        ttl: float,
+        granted_at: float,
+        timing: StoreTiming,
     ) -> None:
         super().__init__(
             ttl=ttl,
@@ -187,9 +170,9 @@ class StoreAdapter(Lifecycle):
     renewals; leaving revokes the leases still held (others see the member or leader go at
     once) within ``timing.close_timeout``, then closes the dialect."""
 
-    def __init__(self, store: Dialect, timing: Timing | None = None) -> None:
+    def __init__(self, store: Dialect, timing: StoreTiming = DEFAULT_TIMING) -> None:
         self.store = store
-        self._timing = timing if timing is not None else Timing()
+        self._timing = timing
         self._leases: set[StoreLease] = set()
 
     async def _open_outer(self) -> None:

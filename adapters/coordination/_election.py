@@ -7,15 +7,19 @@ revision moved, reads again and is refused by the model."""
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 
 from adapters._lease import LeaderOnLease
-from adapters.coordination._base import LEADER, StoreAdapter, StoreLease, parent, snapshots
-from adapters.coordination._records import (
-    office_holder,
-    office_value,
-    read_record,
-    write_record,
+from adapters.coordination._base import (
+    ASSIGNMENT,
+    LEADER,
+    StoreAdapter,
+    StoreLease,
+    parent,
+    put,
+    snapshots,
 )
+from adapters.coordination._records import office_holder, office_value, read_record
 from core.coordination import Leader
 from core.errors import FencedError, RevisionConflictError
 from core.model import MemberId
@@ -36,10 +40,6 @@ class StoreLeadership(LeaderOnLease):
         """This campaign's random token: a store that lost writes may hand one term out
         twice (Redis without persistence); the token still tells the two apart."""
         return self._token
-
-    @property
-    def lease_id(self) -> int:
-        return self.store_lease.id
 
     async def resign(self) -> None:
         """Revoke the lease: the leader key goes at once and the next candidate takes
@@ -89,7 +89,9 @@ class StoreElection(StoreAdapter):
             if not applied.accepted:
                 raise FencedError(f"term {leader.term} cannot take office: {applied.reason}")
             try:
-                await write_record(self.store, record.with_stamp(leader.term), current)
+                await put(
+                    self.store, ASSIGNMENT, replace(record, stamp=leader.term).encode(), current
+                )
                 return
             except RevisionConflictError:
                 continue

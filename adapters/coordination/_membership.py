@@ -36,10 +36,6 @@ class StoreMembershipLease(MemberOnLease):
         super().__init__(lease, member_id)
         self.store_lease = lease
 
-    @property
-    def lease_id(self) -> int:
-        return self.store_lease.id
-
     async def leave(self) -> None:
         """Revoke the lease: the member key and its report go at once. Idempotent; raises
         ``StoreUnavailableError`` when the store did not confirm (the keys then go with the
@@ -93,7 +89,7 @@ class StoreLoadReports(StoreAdapter):
             while True:
                 try:
                     current = await self.store.get(key)
-                    await put(self.store, key, value, current, lease=member.lease_id)
+                    await put(self.store, key, value, current, lease=member.store_lease.id)
                     return
                 except RevisionConflictError:
                     continue  # another write of the same member's report: write over it

@@ -63,7 +63,6 @@ __all__ = [
     "office_holder",
     "office_value",
     "read_record",
-    "write_record",
 ]
 
 _log = logging.getLogger(__name__)
@@ -82,9 +81,6 @@ class AssignmentRecord:
             assignment=self.assignment,
             assignment_term=self.term,
         )
-
-    def with_stamp(self, term: int) -> AssignmentRecord:
-        return replace(self, stamp=term)
 
     def encode(self) -> bytes:
         value: dict[str, Any] = {"term": self.term, "stamp": self.stamp}
@@ -123,12 +119,6 @@ async def read_record(store: CoordinationStore) -> tuple[AssignmentRecord, KeyVa
     ), current
 
 
-async def write_record(
-    store: CoordinationStore, record: AssignmentRecord, current: KeyValue | None
-) -> None:
-    await put(store, ASSIGNMENT, record.encode(), current)
-
-
 class StoreAssignmentStore(StoreAdapter):
     """The ``AssignmentStore`` port over a ``CoordinationStore``."""
 
@@ -146,7 +136,7 @@ class StoreAssignmentStore(StoreAdapter):
                 raise FencedError(applied.reason)
             published = replace(record, assignment=assignment, term=fence.term)
             try:
-                await write_record(self.store, published, current)
+                await put(self.store, ASSIGNMENT, published.encode(), current)
                 return
             except RevisionConflictError:
                 continue  # a leader took office or published meanwhile: decide again
@@ -181,6 +171,12 @@ def _hold(partition: Partition, entry: KeyValue) -> Hold:
     return Hold(partition, stored.member_id, stored.generation, entry.revision)
 
 
+def _hold_state(partition: Partition, current: KeyValue | None) -> CoordinationState:
+    return CoordinationState(
+        holds={} if current is None else {partition: _hold(partition, current)}
+    )
+
+
 def _holds(entries: Mapping[str, KeyValue]) -> dict[Partition, Hold]:
     holds: dict[Partition, Hold] = {}
     for key, entry in entries.items():
@@ -213,9 +209,7 @@ class StoreHoldStore(StoreAdapter):
         replaced = replaced_version(partition, replacing)
         key = hold_key(partition)
         current = await self.store.get(key)
-        state = CoordinationState(
-            holds={} if current is None else {partition: _hold(partition, current)}
-        )
+        state = _hold_state(partition, current)
         # version 0: the store's revision, once written
         applied = state.claim(partition, member_id, generation, replacing=replaced, version=0)
         if not applied.accepted:
@@ -230,9 +224,7 @@ class StoreHoldStore(StoreAdapter):
         key = hold_key(partition)
         while True:
             current = await self.store.get(key)
-            state = CoordinationState(
-                holds={} if current is None else {partition: _hold(partition, current)}
-            )
+            state = _hold_state(partition, current)
             if not state.release(partition, member_id).accepted:
                 return
             assert current is not None  # released only what is held

@@ -130,7 +130,7 @@ def _store_providers(
     for name, store in STORES.items():
         settings = providers.Singleton(deferred(store.settings), group=config.group)
         dialects[name] = providers.Factory(deferred(store.dialect), settings)
-        timings[name] = providers.Factory(deferred("adapters.coordination:timing_of"), settings)
+        timings[name] = settings  # a store's settings carry its timing (StoreTiming)
     return (
         providers.Selector(config.coordination, **dialects),
         providers.Selector(config.coordination, **timings),

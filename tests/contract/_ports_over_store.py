@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
+from adapters._store_settings import StoreTiming
 from adapters.coordination import (
     StoreAdapter,
     StoreAssignmentStore,
@@ -19,7 +20,6 @@ from adapters.coordination import (
     StoreMembership,
     StoreMembershipLease,
     StoreProjectRegistry,
-    Timing,
 )
 from core.ports import AssignmentStore, CoordinationStore, Leadership, MembershipLease
 from tests.contract._coordination import Features
@@ -30,7 +30,7 @@ __all__ = ["PortsHarness"]
 A = TypeVar("A", bound=StoreAdapter)
 
 # Renewals well inside the contract's 1 s leases, and quick retries after a restart.
-TIMING = Timing(max_renew_interval=5.0, retry_interval=0.1, close_timeout=5.0)
+TIMING = StoreTiming.model_construct(max_renew_interval=5.0, retry_interval=0.1, close_timeout=5.0)
 
 
 class _Shared:
@@ -95,7 +95,7 @@ class PortsHarness:
 
     async def expire(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, StoreMembershipLease | StoreLeadership)
-        await self._admin.revoke(lease.lease_id)
+        await self._admin.revoke(lease.store_lease.id)
 
     def pause_renewal(self, lease: MembershipLease | Leadership) -> None:
         assert isinstance(lease, StoreMembershipLease | StoreLeadership)
