@@ -9,7 +9,8 @@ import anyio
 from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry, start_http_server
 
-from adapters.memory import InMemoryCoordination, InMemoryHoldStore
+from adapters.coordination import StoreHoldStore
+from adapters.memory import InMemoryCoordinationStore
 from adapters.parquet import ParquetSettings, use_memory_pool
 from core.modes import (
     ConsumptionMode,
@@ -80,7 +81,7 @@ async def serve(container: HandlerContainer) -> None:
         holds = await stack.enter_async_context(
             container.backends.hold_store()
             if contends_for_holds(mode)
-            else InMemoryHoldStore(InMemoryCoordination())
+            else StoreHoldStore(InMemoryCoordinationStore())
         )
         projects = await stack.enter_async_context(container.backends.project_registry())
         transport = await stack.enter_async_context(container.backends.transport(position=position))
