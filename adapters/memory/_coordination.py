@@ -57,10 +57,12 @@ class MemoryLease(RenewedLease):
 class InMemoryCoordination:
     """The state every in-memory coordination adapter of one "cluster" shares.
 
-    Create one per test (or per ``shoal up --coordination memory``) and hand it to
-    ``InMemoryMembership``, ``InMemoryElection`` and ``InMemoryAssignmentStore``. The
-    rules are ``core.coordination``'s: this class only adds what a store adds to them
-    (a revision counter for versions and terms, leases with deadlines, change events).
+    Create one per test and hand it to ``InMemoryMembership``, ``InMemoryElection`` and
+    ``InMemoryAssignmentStore``. The rules are ``core.coordination``'s, applied as they are
+    (the model as a store, with the fault hooks above; production builds no port from it:
+    its in-process ports are ``adapters.coordination``'s over ``InMemoryCoordinationStore``).
+    This class only adds what a store adds to the rules (a revision counter for versions
+    and terms, leases with deadlines, change events).
     """
 
     def __init__(self) -> None:
