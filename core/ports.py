@@ -562,7 +562,9 @@ class LandedTable(Protocol):
 @dataclass(frozen=True, slots=True)
 class TableHealth:
     """What the table's upkeep looks at: its version, its active data files (and per day,
-    how many are below the compaction target) and the size of its log."""
+    how many are below the compaction target), the size of its log, and the active files
+    of the days it was asked to check that storage does not hold (``missing``: every
+    read of the table fails on them)."""
 
     version: int
     files: int
@@ -571,6 +573,7 @@ class TableHealth:
     log_files: int
     log_bytes: int
     days: tuple[DayFiles, ...]
+    missing: tuple[str, ...] = ()
 
 
 class TableUpkeep(Protocol):
@@ -583,16 +586,29 @@ class TableUpkeep(Protocol):
         calls need one."""
         ...
 
-    async def health(self, small_file_bytes: int) -> TableHealth:
+    async def health(self, small_file_bytes: int, check_days: Sequence[str] = ()) -> TableHealth:
         """The table as it is now; ``DayFiles.small`` counts files below
-        ``small_file_bytes``."""
+        ``small_file_bytes``; ``missing`` lists the active files of ``check_days`` that
+        storage does not hold."""
         ...
 
     async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
         """Rewrite the small files of each ``date`` partition in ``days`` into files of
         about ``target_bytes``, in one commit: (files removed, files added). Raises
         ``CommitConflictError``, nothing changed, when another compaction committed after
-        the snapshot this one read: of two at once, one commits."""
+        the snapshot this one read: of two at once, one commits. It never deletes a file
+        a committed version names: after an error it deletes its files only once the
+        table, read back, shows its commit did not land."""
+        ...
+
+    async def missing(self) -> tuple[int, list[str]]:
+        """The newest version, and every active file of it that storage does not hold."""
+        ...
+
+    async def repair(self, version: int) -> tuple[list[str], list[str]]:
+        """Undo ``version``, a rewrite (``core.table.plan_repair``), in one commit: (files
+        restored, files removed). ``ValueError``, nothing changed, when it cannot be
+        undone without losing or duplicating rows."""
         ...
 
     async def checkpoint(self) -> int:
@@ -600,10 +616,14 @@ class TableUpkeep(Protocol):
         the table's log retention that it covers: how many log files were removed."""
         ...
 
-    async def vacuum(self, retention_hours: float, *, dry_run: bool = False) -> list[str]:
+    async def vacuum(
+        self, retention_hours: float, *, dry_run: bool = False, enforce: bool = True
+    ) -> list[str]:
         """Delete files of the table's folder that no version names any more (compacted
         away, or written for a commit that never landed) and that are older than
-        ``retention_hours``: the paths deleted (with ``dry_run``: to be deleted)."""
+        ``retention_hours``: the paths deleted (with ``dry_run``: to be deleted).
+        ``ValueError``, nothing deleted, when another table lives inside this one's folder,
+        or (``enforce``) when the retention is not above the table's log retention."""
         ...
 
 

@@ -49,14 +49,18 @@ __all__ = [
     "LandedFile",
     "LandingPlan",
     "LogKey",
+    "LoggedFile",
     "Place",
+    "RepairPlan",
     "Settled",
     "commit_landed",
     "compaction_groups",
     "days_to_compact",
     "log_key",
     "plan_landing",
+    "plan_repair",
     "transaction_app_id",
+    "vacuum_retention_problem",
 ]
 
 LogKey = str
@@ -233,3 +237,103 @@ def compaction_groups(files: Iterable[tuple[str, int]], target_bytes: int) -> li
         groups[-1].append(path)
         total += size
     return [tuple(group) for group in groups if len(group) > 1]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedFile:
+    """A file one version of the table added or removed, as its log entry says: whether
+    the action changed data (an append or a delete, not a rewrite), and its row count
+    when the entry carries one."""
+
+    path: str
+    data_change: bool
+    rows: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPlan:
+    """How to undo one rewrite: add back the files it removed (``restore``) and remove the
+    files it added that the table still holds (``drop``), in one commit."""
+
+    version: int
+    restore: tuple[str, ...]
+    drop: tuple[str, ...]
+
+
+def plan_repair(
+    version: int,
+    added: Collection[LoggedFile],
+    removed: Collection[LoggedFile],
+    *,
+    active: Collection[str],
+    stored: Collection[str],
+) -> RepairPlan:
+    """The plan that undoes ``version``, a rewrite (a compaction) that may have left the
+    table naming files storage no longer holds: its removed files, still ``stored``, come
+    back, its added ones go. ``active`` is what the newest version holds. ``ValueError``
+    (nothing to change) when undoing it would lose or duplicate rows: it changed data (an
+    append: undoing it would drop landed rows), its removed and added files hold different
+    row counts, a later version already removed one of its added files (their rows live
+    on elsewhere: restoring would land them twice), one of its removed files is gone from
+    storage (vacuumed: its rows cannot come back), or there is nothing to undo."""
+    changed = sorted(f.path for f in (*added, *removed) if f.data_change)
+    if changed:
+        raise ValueError(
+            f"version {version} changed data ({changed[0]}): repair undoes only a rewrite "
+            "(a compaction), never an append or a delete"
+        )
+    if not removed:
+        raise ValueError(f"version {version} removed no file: there is nothing to restore")
+    rows_removed = [f.rows for f in removed]
+    rows_added = [f.rows for f in added]
+    if None not in rows_removed and None not in rows_added:
+        before, after = sum(r or 0 for r in rows_removed), sum(r or 0 for r in rows_added)
+        if before != after:
+            raise ValueError(
+                f"version {version} removed files of {before} rows and added files of "
+                f"{after}: it is not a rewrite that can be undone"
+            )
+    active_set = set(active)
+    stored_set = set(stored)
+    gone = sorted(f.path for f in added if f.path not in active_set)
+    if gone:
+        raise ValueError(
+            f"a later version removed {gone[0]}, which version {version} added: undoing "
+            f"{version} would land its rows twice; repair that later version first"
+        )
+    back = sorted(f.path for f in removed if f.path in active_set)
+    if len(back) == len(removed):
+        raise ValueError(f"the table holds every file version {version} removed: nothing to do")
+    if back:
+        raise ValueError(
+            f"the table holds {back[0]} again, which version {version} removed: it was "
+            "partly undone already; nothing changed"
+        )
+    lost = sorted(f.path for f in removed if f.path not in stored_set)
+    if lost:
+        raise ValueError(
+            f"{len(lost)} of the files version {version} removed are gone from storage "
+            f"(vacuumed), {lost[0]} first: their rows cannot be restored"
+        )
+    return RepairPlan(
+        version,
+        restore=tuple(sorted(f.path for f in removed)),
+        drop=tuple(sorted(f.path for f in added)),
+    )
+
+
+def vacuum_retention_problem(
+    vacuum_retention_hours: float, *, write_timeout: float, lease_ttl: float
+) -> str | None:
+    """Why a vacuum with this retention could delete a file a handler is about to commit;
+    None when it cannot. A handler's file is named by no version between its write and its
+    commit, at most ``write_timeout`` seconds (one attempt), and a handler checks its lease
+    (``lease_ttl``) before it commits: the retention must be longer than both."""
+    floor = write_timeout + lease_ttl
+    if vacuum_retention_hours * 3600 <= floor:
+        return (
+            f"vacuum retention of {vacuum_retention_hours:g} h is not above a handler's "
+            f"write timeout and lease ({floor:g} s): a vacuum could delete a file between "
+            "its write and its commit"
+        )
+    return None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["TableSettings"]
@@ -14,10 +15,13 @@ class TableSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_TABLE_", extra="ignore")
 
     log_retention_hours: float = Field(
-        default=1.0,
+        default=30.0,
         gt=0,
         description="commits older than this are removed from the Delta log once a "
-        "checkpoint covers them (time travel reaches back this far)",
+        "checkpoint covers them: a Delta streaming reader (Spark readStream) stopped longer "
+        "cannot resume, and time travel reaches back this far. Must be below "
+        "vacuum_retention_hours. On a local disk every commit lists the whole log (about "
+        "10 us an entry): see docs/architecture.md, Upkeep",
     )
     checkpoint_interval: int = Field(default=100, ge=1, description="commits per checkpoint")
     upkeep_interval: float = Field(
@@ -38,11 +42,25 @@ class TableSettings(BaseSettings):
         default=3600.0, gt=0, description="seconds between two vacuums of unnamed files"
     )
     vacuum_retention_hours: float = Field(
-        default=6.0,
+        default=36.0,
         gt=0,
         description="a file no version names is deleted once this old (longer than any "
-        "write in flight, and than any reader stays on an old version)",
+        "write in flight, and than any reader stays on an old version); above "
+        "log_retention_hours, so a writer paused past it finds its snapshot's log gone and "
+        "fails instead of committing files a vacuum deleted",
     )
+
+    @model_validator(mode="after")
+    def _retention_order(self) -> Self:
+        if self.log_retention_hours >= self.vacuum_retention_hours:
+            raise ValueError(
+                f"SHOAL_TABLE_LOG_RETENTION_HOURS ({self.log_retention_hours:g}) must be "
+                f"below SHOAL_TABLE_VACUUM_RETENTION_HOURS ({self.vacuum_retention_hours:g}): "
+                "a writer paused "
+                "longer than the log retention must find its snapshot's commits gone and "
+                "fail, before a vacuum can have deleted the files it is about to commit"
+            )
+        return self
 
     def table_configuration(self) -> dict[str, str | None]:
         """The Delta table properties a new table gets. A checkpoint carries the remove

@@ -4,6 +4,7 @@ in a child process (``adapters.delta._maintenance``)."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,7 +17,10 @@ from core.table import DayFiles
 
 __all__ = ["DeltaTableUpkeep"]
 
+log = logging.getLogger("shoal.table")
+
 _ERROR_CHARS = 500  # of a failed call's stderr, its start
+_REFUSED = "RefusedError: "  # a request the child refused: nothing changed
 
 
 class DeltaTableUpkeep:
@@ -34,8 +38,10 @@ class DeltaTableUpkeep:
     async def exists(self) -> bool:
         return bool((await self._call("exists"))["exists"])
 
-    async def health(self, small_file_bytes: int) -> TableHealth:
-        found = await self._call("health", small_file_bytes=small_file_bytes)
+    async def health(self, small_file_bytes: int, check_days: Sequence[str] = ()) -> TableHealth:
+        found = await self._call(
+            "health", small_file_bytes=small_file_bytes, check_days=list(check_days)
+        )
         return TableHealth(
             version=int(found["version"]),
             files=int(found["files"]),
@@ -44,6 +50,7 @@ class DeltaTableUpkeep:
             log_files=int(found["log_files"]),
             log_bytes=int(found["log_bytes"]),
             days=tuple(DayFiles(str(d), int(n), int(s)) for d, n, s in found["days"]),
+            missing=tuple(str(p) for p in found["missing"]),
         )
 
     async def compact(self, days: Sequence[str], target_bytes: int) -> tuple[int, int]:
@@ -56,13 +63,28 @@ class DeltaTableUpkeep:
                 f"Delta table: compaction of {', '.join(days)} refused: another compaction "
                 "committed first; nothing changed"
             )
+        if "warning" in counts:
+            log.warning("compaction %s", counts["warning"], extra={"table": self.uri})
         return int(counts["removed"]), int(counts["added"])
+
+    async def missing(self) -> tuple[int, list[str]]:
+        found = await self._call("missing")
+        return int(found["version"]), [str(p) for p in found["missing"]]
+
+    async def repair(self, version: int) -> tuple[list[str], list[str]]:
+        with anyio.CancelScope(shield=True):  # one commit: let it finish
+            done = await self._call("repair", version=version)
+        return [str(p) for p in done["restored"]], [str(p) for p in done["dropped"]]
 
     async def checkpoint(self) -> int:
         return int((await self._call("checkpoint"))["removed"])
 
-    async def vacuum(self, retention_hours: float, *, dry_run: bool = False) -> list[str]:
-        found = await self._call("vacuum", retention_hours=retention_hours, dry_run=dry_run)
+    async def vacuum(
+        self, retention_hours: float, *, dry_run: bool = False, enforce: bool = True
+    ) -> list[str]:
+        found = await self._call(
+            "vacuum", retention_hours=retention_hours, dry_run=dry_run, enforce=enforce
+        )
         return [str(f) for f in found["files"]]
 
     async def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
@@ -79,6 +101,8 @@ class DeltaTableUpkeep:
         )
         if done.returncode != 0:
             error = " ".join(done.stderr.decode(errors="replace").split()) or "no output"
+            if error.startswith(_REFUSED):
+                raise ValueError(f"Delta table: {op} refused: {error.removeprefix(_REFUSED)}")
             raise OSError(
                 f"Delta table: {op} failed (exit {done.returncode}): {error[:_ERROR_CHARS]}"
             )

@@ -8,10 +8,11 @@ it or not.
 
 pyspark loads only when a command runs (``adapters.spark`` imports it lazily), so the other
 ``shoal`` commands start without it. Exit codes: 0 fine; 1 the audit found a loss, nothing
-landed to measure, or compaction left the table fewer rows than it found; 2 usage (bad
-option, missing directory, no log, an unreadable log or disk; compact and vacuum: no Delta
-table there, or the storage failed); 3 Spark failed. Progress (the current step, and tasks
-done over the active Spark stages) goes to stderr.
+landed to measure, compaction left the table fewer rows than it found or active files
+storage does not hold, or check found such files; 2 usage (bad option, missing directory,
+no log, an unreadable log or disk; compact, vacuum, check and repair: no Delta table there,
+or the storage failed; repair: a version that cannot be undone); 3 Spark failed. Progress
+(the current step, and tasks done over the active Spark stages) goes to stderr.
 """
 
 from __future__ import annotations
@@ -48,17 +49,23 @@ from adapters.spark import (
 from core.assignment import AssignmentOptions, AssignmentRequest, strategy_named
 from core.messages import MessageKind
 from core.partitioning import DEFAULT_PARTITIONS
+from core.table import vacuum_retention_problem
 from services.cli._compact import (
     ZoneError,
+    check_table,
     compact_table,
     compaction_json,
+    print_check,
     print_compaction,
+    print_repair,
     print_vacuum,
+    repair_table,
     table_settings,
     vacuum_json,
     vacuum_table,
 )
 from services.cli._dlq import stored_letters
+from services.common.settings import HandlerSettings, load_settings
 from services.common.table import landed_table
 from services.common.table_address import is_object_store, table_address
 
@@ -79,7 +86,8 @@ EXIT_SPARK = 3
 
 analytics_app = typer.Typer(
     name="analytics",
-    help="Spark jobs over landed Parquet data (audit, report, weights); compact the table.",
+    help="Spark jobs over landed Parquet data (audit, report, weights); the table's upkeep "
+    "(compact, vacuum, check, repair).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -631,13 +639,22 @@ def vacuum_command(
     retention_hours: Annotated[
         float | None,
         typer.Option(
-            help="delete only files older than this; keep it longer than any handler's "
-            "write takes, or a file is deleted before its commit [default: "
-            "SHOAL_TABLE_VACUUM_RETENTION_HOURS, 6]",
+            help="delete only files older than this: above the table's log retention "
+            "(SHOAL_TABLE_LOG_RETENTION_HOURS when it was made) and a handler's write "
+            "[default: SHOAL_TABLE_VACUUM_RETENTION_HOURS, 36]",
             min=0,
             show_default=False,
         ),
     ] = None,
+    allow_short_retention: Annotated[
+        bool,
+        typer.Option(
+            "--allow-short-retention",
+            help="take a retention at or below the log retention or a handler's write: only "
+            "with no handler writing (files between their write and their commit are "
+            "deleted, and a paused writer could commit files that are gone)",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="list the files, delete nothing")
     ] = False,
@@ -645,11 +662,23 @@ def vacuum_command(
 ) -> None:
     """Delete the files of the table's folder that no table version names (merged away by
     compaction, or written by a handler whose commit never came) once older than
-    --retention-hours. Exit 2 when the zone is missing, holds no Delta table, or the
-    storage fails."""
-    settings = table_settings(vacuum_retention_hours=retention_hours)
+    --retention-hours. Exit 2 when the zone is missing, holds no Delta table, holds another
+    table inside its folder, the retention is too short, or the storage fails."""
+    checked = not allow_short_retention
+    settings = table_settings(checked=checked, vacuum_retention_hours=retention_hours)
+    if checked:
+        writers = load_settings(HandlerSettings)
+        problem = vacuum_retention_problem(
+            settings.vacuum_retention_hours,
+            write_timeout=writers.write_timeout,
+            lease_ttl=writers.lease_ttl,
+        )
+        if problem is not None:
+            _fail(f"{problem} (--allow-short-retention when no handler writes)", EXIT_USAGE)
     try:
-        vacuum = anyio.run(partial(vacuum_table, data_dir, settings, dry_run=dry_run))
+        vacuum = anyio.run(
+            partial(vacuum_table, data_dir, settings, dry_run=dry_run, enforce=checked)
+        )
     except ZoneError as exc:
         _fail(str(exc), EXIT_USAGE)
     except OSError as exc:
@@ -658,3 +687,72 @@ def vacuum_command(
         typer.echo(json.dumps(vacuum_json(data_dir, vacuum)))
     else:
         print_vacuum(Console(highlight=False, soft_wrap=True), data_dir, vacuum)
+
+
+@analytics_app.command("check")
+def check_command(
+    data_dir: DataDir,
+    *,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """List the active files of the table's newest version that storage does not hold (a
+    table naming one fails every read). Exit 1 when there are any; 2 when the zone is
+    missing, holds no Delta table, or the storage fails."""
+    settings = table_settings()
+    try:
+        check = anyio.run(partial(check_table, data_dir, settings))
+    except ZoneError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        _fail(f"check of {data_dir} stopped: {exc}", EXIT_USAGE)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {"location": data_dir, "version": check.version, "missing": list(check.missing)}
+            )
+        )
+    else:
+        print_check(Console(highlight=False, soft_wrap=True), check)
+    if check.missing:
+        raise typer.Exit(EXIT_LOST)
+
+
+@analytics_app.command("repair")
+def repair_command(
+    data_dir: DataDir,
+    *,
+    version: Annotated[
+        int,
+        typer.Option(
+            "--version",
+            help="the rewrite (a compaction's version) to undo",
+            min=0,
+            show_default=False,
+        ),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Undo one rewrite (a compaction) in a new commit: add back the files it removed and
+    remove the files it added, for a table that names files storage lost. Refused, with
+    nothing changed (exit 2), when that would lose or duplicate rows: the version changed
+    data, a later version rewrote its files again, or the files it removed were vacuumed."""
+    settings = table_settings()
+    try:
+        repair = anyio.run(partial(repair_table, data_dir, settings, version))
+    except ZoneError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        _fail(f"repair of {data_dir} stopped: {exc}", EXIT_USAGE)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "location": data_dir,
+                    "version": repair.version,
+                    "restored": list(repair.restored),
+                    "removed": list(repair.removed),
+                }
+            )
+        )
+    else:
+        print_repair(Console(highlight=False, soft_wrap=True), repair)

@@ -1,5 +1,5 @@
-"""``shoal analytics compact`` and ``shoal analytics vacuum``: the landing table's upkeep on
-demand, by the same ``TableKeeper`` the active leader runs on a schedule
+"""``shoal analytics compact``, ``vacuum``, ``check`` and ``repair``: the landing table's
+upkeep on demand, by the same ``TableKeeper`` the active leader runs on a schedule
 (``services.common.upkeep``; settings ``SHOAL_TABLE_*``).
 
 ``compact`` rewrites, in one Delta commit, the small files of every closed day (a ``date``
@@ -14,6 +14,12 @@ or written by a handler whose commit never came) once older than the retention. 
 handler's file is such a file between its write and its commit, so the retention must be
 longer than any write in flight: hours, not seconds.
 
+``check`` lists the active files of the newest version that storage does not hold (a table
+naming one fails every read). ``repair`` undoes one rewrite (a compaction) whose files are
+missing, restoring the files it removed while they are still within the vacuum retention
+(``core.table.plan_repair`` says when that would lose or duplicate rows: then nothing
+changes).
+
 The zone is a directory or ``s3://bucket/prefix`` (``open_landing_zone``). Neither command
 creates a table: a zone without one is refused (``ZoneError``), and so is a compaction that
 another (the leader's) committed over first: nothing changed, run it again.
@@ -21,10 +27,12 @@ another (the leader's) committed over first: nothing changed, run it again.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -42,12 +50,18 @@ from services.common.upkeep import (
 )
 
 __all__ = [
+    "TableCheck",
     "TableCompaction",
+    "TableRepair",
     "ZoneError",
+    "check_table",
     "compact_table",
     "compaction_json",
+    "print_check",
     "print_compaction",
+    "print_repair",
     "print_vacuum",
+    "repair_table",
     "table_settings",
     "vacuum_json",
     "vacuum_table",
@@ -70,12 +84,21 @@ class TableCompaction:
     checkpoint: Checkpoint | None
 
 
-def table_settings(**overrides: float | None) -> TableSettings:
+def table_settings(*, checked: bool = True, **overrides: float | None) -> TableSettings:
     """``SHOAL_TABLE_*`` (exit 2 on a bad value), with the command's options (those not
-    None) over them."""
+    None) over them, validated like the environment's unless not ``checked``."""
     settings = load_settings(TableSettings)
     given = {name: value for name, value in overrides.items() if value is not None}
-    return settings.model_copy(update=given) if given else settings
+    if not given:
+        return settings
+    if not checked:
+        return settings.model_copy(update=given)
+    try:
+        return TableSettings.model_validate({**settings.model_dump(), **given})
+    except ValidationError as exc:
+        message = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _keeper_at(location: str, settings: TableSettings) -> TableKeeper:
@@ -118,15 +141,58 @@ async def compact_table(
     return TableCompaction(location, include_today, compaction, checkpoint)
 
 
-async def vacuum_table(location: str, settings: TableSettings, *, dry_run: bool) -> Vacuum:
+async def vacuum_table(
+    location: str, settings: TableSettings, *, dry_run: bool, enforce: bool = True
+) -> Vacuum:
     """Delete (``dry_run``: list) the files no version of the table at ``location`` names,
-    older than the settings' ``vacuum_retention_hours``. Raises ``ZoneError``, and
+    older than the settings' ``vacuum_retention_hours`` (``enforce``: only above the table's
+    log retention). Raises ``ZoneError`` (also for a vacuum refused: nothing deleted), and
     ``OSError`` when the storage fails."""
     keeper = await _keeper(location, settings)
     try:
-        return await keeper.vacuum(dry_run=dry_run)
+        return await keeper.vacuum(dry_run=dry_run, enforce=enforce)
+    except (NoTableError, ValueError) as exc:
+        raise ZoneError(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TableCheck:
+    location: str
+    version: int
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TableRepair:
+    location: str
+    version: int
+    restored: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+async def check_table(location: str, settings: TableSettings) -> TableCheck:
+    """The active files of the newest version that storage does not hold. Raises
+    ``ZoneError``, and ``OSError`` when the storage fails."""
+    keeper = await _keeper(location, settings)
+    try:
+        version, missing = await keeper.missing()
     except NoTableError as exc:
         raise ZoneError(str(exc)) from None
+    return TableCheck(location, version, tuple(missing))
+
+
+async def repair_table(location: str, settings: TableSettings, version: int) -> TableRepair:
+    """Undo the rewrite ``version`` (see the module's docstring). Raises ``ZoneError`` (also
+    when the version cannot be undone: nothing changed), and ``OSError`` when the storage
+    fails."""
+    keeper = await _keeper(location, settings)
+    try:
+        restored, removed = await keeper.repair(version)
+    except (NoTableError, ValueError) as exc:
+        raise ZoneError(str(exc)) from None
+    except CommitConflictError as exc:
+        raise ZoneError(f"{exc}; run it again") from None
+    return TableRepair(location, version, tuple(restored), tuple(removed))
 
 
 # --- output ------------------------------------------------------------------------------
@@ -183,7 +249,8 @@ def print_compaction(console: Console, result: TableCompaction) -> None:
     )
     if compaction.rows_lost:
         console.print(
-            f"FAULT: the table held {before.rows:,} rows before and {after.rows:,} after",
+            f"FAULT: the table held {before.rows:,} rows before and {after.rows:,} after; "
+            f"{len(after.missing)} active file(s) missing from storage",
             style="bold red",
             markup=False,
         )
@@ -215,3 +282,35 @@ def print_vacuum(console: Console, location: str, vacuum: Vacuum) -> None:
     )
     for path in sorted(vacuum.files):
         console.print(f"  {path}", markup=False)
+
+
+def print_check(console: Console, check: TableCheck) -> None:
+    if not check.missing:
+        console.print(
+            f"check of {check.location}: version {check.version}, every active file is stored",
+            markup=False,
+        )
+        return
+    console.print(
+        f"FAULT: version {check.version} of {check.location} names {len(check.missing):,} "
+        "file(s) storage does not hold; every read of the table fails on them. Find the "
+        "version that added them (`_delta_log`) and undo it with `shoal analytics repair "
+        "--version V` while the files it removed are within the vacuum retention",
+        style="bold red",
+        markup=False,
+    )
+    for path in check.missing:
+        console.print(f"  {path}", markup=False)
+
+
+def print_repair(console: Console, repair: TableRepair) -> None:
+    console.print(
+        f"repair of {repair.location}: version {repair.version} undone: "
+        f"{len(repair.restored):,} file(s) restored, {len(repair.removed):,} removed",
+        style="bold",
+        markup=False,
+    )
+    for path in repair.restored:
+        console.print(f"  + {path}", markup=False)
+    for path in repair.removed:
+        console.print(f"  - {path}", markup=False)

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from adapters.delta import DeltaTableUpkeep, TableSettings
 from adapters.s3 import S3Settings
@@ -42,7 +42,6 @@ from core.errors import CommitConflictError
 from core.ports import TableHealth, TableUpkeep
 from core.table import DayFiles, days_to_compact
 from services.common.logs import fields
-from services.common.metrics import TableMetrics
 from services.common.table_address import table_address
 
 __all__ = [
@@ -51,6 +50,7 @@ __all__ = [
     "DayCompaction",
     "NoTableError",
     "TableKeeper",
+    "TableMetrics",
     "Vacuum",
     "no_table_status",
     "utc_day",
@@ -101,8 +101,10 @@ class Compaction:
 
     @property
     def rows_lost(self) -> bool:
-        """Rows are only ever added to the table: fewer after than before is a fault."""
-        return self.after.rows < self.before.rows
+        """Rows are only ever added to the table: fewer after than before is a fault, and
+        so is an active file of a day it rewrote that storage does not hold (its rows
+        still count in the log, but no read of the table gets past it)."""
+        return self.after.rows < self.before.rows or bool(self.after.missing)
 
     def by_day(self) -> list[DayCompaction]:
         after = {d.day: d.files for d in self.after.days}
@@ -153,6 +155,55 @@ class Vacuum:
             "files_removed": 0 if self.dry_run else len(self.files),
             "dry_run": self.dry_run,
         }
+
+
+class TableMetrics:
+    """The landing table's size and upkeep (``services.common.upkeep``): the gauges show
+    the table as last read, the counters what this process did to it."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, what: str) -> Gauge:
+            return Gauge(name, what, registry=registry)
+
+        def counter(name: str, what: str) -> Counter:
+            return Counter(name, what, registry=registry)
+
+        self.version = gauge("shoal_table_version", "The landing table's version")
+        self.files = gauge("shoal_table_files", "Data files of the landing table")
+        self.small_files = gauge(
+            "shoal_table_small_files", "Data files of the landing table below the small size"
+        )
+        self.bytes = gauge("shoal_table_bytes", "Bytes of the landing table's data files")
+        self.rows = gauge("shoal_table_rows", "Rows of the landing table")
+        self.log_files = gauge("shoal_table_log_files", "Files in the landing table's log")
+        self.log_bytes = gauge("shoal_table_log_bytes", "Bytes of the landing table's log")
+        self.compactions = counter("shoal_table_compactions", "Compactions of the landing table")
+        self.files_compacted = counter(
+            "shoal_table_files_compacted", "Data files compaction rewrote into larger ones"
+        )
+        self.checkpoints = counter("shoal_table_checkpoints", "Checkpoints written")
+        self.log_files_removed = counter(
+            "shoal_table_log_files_removed", "Log files removed once a checkpoint covered them"
+        )
+        self.vacuumed_files = counter(
+            "shoal_table_vacuumed_files", "Files no table version names, deleted by vacuum"
+        )
+        self.failures = counter("shoal_table_upkeep_failures", "Upkeep rounds that failed")
+        self.last_compaction = gauge(
+            "shoal_table_last_compaction_timestamp", "Unix time of the last compaction"
+        )
+        self.last_vacuum = gauge(
+            "shoal_table_last_vacuum_timestamp", "Unix time of the last vacuum"
+        )
+
+    def observe(self, health: TableHealth) -> None:
+        self.version.set(health.version)
+        self.files.set(health.files)
+        self.small_files.set(sum(day.small for day in health.days))
+        self.bytes.set(health.bytes)
+        self.rows.set(health.rows)
+        self.log_files.set(health.log_files)
+        self.log_bytes.set(health.log_bytes)
 
 
 def _why_due(day: DayFiles, today: str, open_day_files: int) -> str:
@@ -213,9 +264,11 @@ class TableKeeper:
 
     # -- one step at a time (the CLI's commands) ------------------------------------------
 
-    async def health(self) -> TableHealth:
+    async def health(self, check_days: Sequence[str] = ()) -> TableHealth:
+        """The table now; the active files of ``check_days`` that storage does not hold in
+        ``missing``."""
         await self._require_table()
-        health = await self._upkeep.health(self.settings.small_file_bytes)
+        health = await self._upkeep.health(self.settings.small_file_bytes, check_days)
         self.health_read_at, self.last_health = self._clock(), health
         self._metrics.observe(health)
         return health
@@ -247,7 +300,7 @@ class TableKeeper:
         removed, added = await self._upkeep.compact(
             [d.day for d in days], self.settings.target_file_bytes
         )
-        after = await self.health()
+        after = await self.health(check_days=[d.day for d in days])
         compaction = Compaction(now, before, after, tuple(d.day for d in days), removed, added)
         self.last_compaction = compaction
         self.compactions += 1
@@ -268,10 +321,39 @@ class TableKeeper:
         )
         if compaction.rows_lost:
             log.error(
-                "the table holds fewer rows after compaction than before",
-                extra=fields(table=self.location, before=before.rows, after=after.rows),
+                "the table lost rows in a compaction: fewer rows after than before, or "
+                "active files storage does not hold (see `shoal analytics check` and "
+                "`shoal analytics repair`)",
+                extra=fields(
+                    table=self.location,
+                    before=before.rows,
+                    after=after.rows,
+                    version=after.version,
+                    missing=list(after.missing[:_LOGGED_PATHS]),
+                ),
             )
         return compaction
+
+    async def missing(self) -> tuple[int, list[str]]:
+        """The newest version and its active files storage does not hold."""
+        await self._require_table()
+        return await self._upkeep.missing()
+
+    async def repair(self, version: int) -> tuple[list[str], list[str]]:
+        """Undo the rewrite ``version`` (``TableUpkeep.repair``): (restored, removed)."""
+        await self._require_table()
+        restored, dropped = await self._upkeep.repair(version)
+        log.warning(
+            "table repaired: a rewrite undone",
+            extra=fields(
+                table=self.location,
+                version=version,
+                restored=len(restored),
+                removed=len(dropped),
+                files=dropped[:_LOGGED_PATHS],
+            ),
+        )
+        return restored, dropped
 
     async def checkpoint(self) -> Checkpoint:
         """Checkpoint the newest version and clean the log it covers."""
@@ -293,13 +375,14 @@ class TableKeeper:
         return checkpoint
 
     async def vacuum(
-        self, retention_hours: float | None = None, *, dry_run: bool = False
+        self, retention_hours: float | None = None, *, dry_run: bool = False, enforce: bool = True
     ) -> Vacuum:
         """Delete the files no version names once older than ``retention_hours`` (default:
-        the settings'); with ``dry_run``, only say which."""
+        the settings'); with ``dry_run``, only say which. ``enforce=False`` lets the
+        retention be at or below the table's log retention (``TableUpkeep.vacuum``)."""
         await self._require_table()
         hours = self.settings.vacuum_retention_hours if retention_hours is None else retention_hours
-        files = tuple(await self._upkeep.vacuum(hours, dry_run=dry_run))
+        files = tuple(await self._upkeep.vacuum(hours, dry_run=dry_run, enforce=enforce))
         vacuum = Vacuum(self._clock(), hours, files, dry_run)
         if dry_run:
             return vacuum
@@ -346,7 +429,8 @@ class TableKeeper:
             self._metrics.failures.inc()
             error = _describe(exc)
             self.last_error = (self._clock(), error)
-            if isinstance(exc, OSError | CommitConflictError):  # a store, or a race: said
+            # A store, a race, or a step refused before it changed anything: said.
+            if isinstance(exc, OSError | CommitConflictError | ValueError):
                 log.warning(
                     "table upkeep failed; retrying next interval",
                     extra=fields(

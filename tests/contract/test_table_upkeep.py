@@ -22,14 +22,12 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from deltalake.fs import DeltaStorageHandler
 
 from adapters.delta import DeltaTableUpkeep, TableSettings
-from adapters.delta._maintenance import compact
+from adapters.delta._maintenance import TableFolder, compact
 from adapters.s3 import S3Settings
 from core.errors import CommitConflictError
 from core.messages import Envelope, LandedRow
@@ -198,11 +196,11 @@ async def test_of_two_compactions_of_one_snapshot_the_table_takes_one(zone: Zone
         await zone.land(5, DAY1, LOGS[n % 3])
     ids = zone.read()
     first, second = zone.table(), zone.table()  # one version, read twice
-    store = _store(zone)
+    folder = TableFolder(zone.uri, zone.zone.address.storage_options)
     files_before = zone.data_files()
 
-    taken = await anyio.to_thread.run_sync(compact, first, store, [DAY1], TARGET)
-    refused = await anyio.to_thread.run_sync(compact, second, store, [DAY1], TARGET)
+    taken = await anyio.to_thread.run_sync(compact, folder, first, [DAY1], TARGET)
+    refused = await anyio.to_thread.run_sync(compact, folder, second, [DAY1], TARGET)
 
     assert taken == {"removed": 4, "added": 1, "refused": False}
     assert refused == {"removed": 0, "added": 0, "refused": True}
@@ -234,10 +232,6 @@ async def test_compactions_at_once_land_no_row_twice(zone: Zone) -> None:
     rows = read_landed(zone.location, zone.s3, columns=["message_id"])["message_id"]
     assert sorted(str(m) for m in rows) == sorted(ids), "every row once"
     assert (await zone.zone.upkeep.health(SMALL)).days[0].files == 1
-
-
-def _store(zone: Zone) -> pafs.FileSystem:
-    return pafs.PyFileSystem(DeltaStorageHandler(zone.uri, zone.zone.address.storage_options))
 
 
 async def _log_retention_of_one_second(zone: Zone) -> None:

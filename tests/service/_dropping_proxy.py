@@ -1,6 +1,7 @@
 """A TCP proxy in front of an S3-compatible server that loses the answer to a Delta commit:
 once armed, it lets the next ``PUT .../_delta_log/<version>.json`` reach the server and
-then closes the client's connection instead of passing the server's answer on. The commit
+then closes the client's connection instead of passing the server's answer on (armed
+``late``: only after holding it that many seconds, past the client's timeout). The commit
 is stored; the writer does not know it.
 
 It reads just enough HTTP/1.1 to do that: a request line in what the client sends, and the
@@ -11,8 +12,8 @@ passed through as bytes.
 The proxy runs in a process of its own (``dropping_proxy``): some delta-rs calls hold the
 GIL while they wait for the network, which would stall a proxy on the test's event loop
 and every request it forwards with it. The test talks to it over its stdin and stdout:
-``arm`` in, ``listening <port>``, ``armed`` and ``answer <version> <status> <dropped>``
-out.
+``arm [SECONDS]`` in, ``listening <port>``, ``armed`` and ``answer <version> <status>
+<dropped>`` out.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class CommitAnswer:
 class _Connection:
     commits: list[int] = field(default_factory=list)  # commit PUTs sent, not yet answered
     doomed: bool = False  # the answer to its commit is to be lost
+    late: float = 0.0  # ...after holding it this long
 
 
 class _DroppingProxy(TcpProxy):
@@ -61,6 +63,7 @@ class _DroppingProxy(TcpProxy):
     ) -> None:
         super().__init__(target_host, target_port)
         self.armed = False
+        self.late = 0.0
         self._on_answer = on_answer
 
     async def _forward(self, client: SocketStream) -> None:
@@ -88,7 +91,7 @@ class _DroppingProxy(TcpProxy):
                         connection.commits.append(int(commit.group(1)))
                         if self.armed:
                             self.armed = False
-                            connection.doomed = True
+                            connection.doomed, connection.late = True, self.late
                 tail = seen[-_TAIL:]
                 await upstream.send(data)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -113,6 +116,7 @@ class _DroppingProxy(TcpProxy):
                     connection.doomed = False
                     self._on_answer(CommitAnswer(version, int(status.group(1)), dropped))
                     if dropped:
+                        await anyio.sleep(connection.late)  # the client may give up first
                         return  # the connection closes with the answer unsent
                 await client.send(data)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -132,8 +136,9 @@ async def _serve(target_host: str, target_port: int) -> None:
     async with anyio.create_task_group() as tg:
         say(f"listening {await tg.start(proxy.serve)}")
         while line := await anyio.to_thread.run_sync(sys.stdin.readline):
-            if line.strip() == "arm":
-                proxy.armed = True
+            words = line.split()
+            if words[:1] == ["arm"]:
+                proxy.armed, proxy.late = True, float(words[1]) if len(words) > 1 else 0.0
                 say("armed")
         tg.cancel_scope.cancel()  # stdin closed: the test is done with it
 
@@ -152,10 +157,11 @@ class ProxyProcess:
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def arm(self) -> None:
-        """Lose the answer to the next commit (one only); returns once the proxy is armed."""
+    async def arm(self, late: float = 0.0) -> None:
+        """Lose the answer to the next commit (one only), after holding it ``late``
+        seconds; returns once the proxy is armed."""
         assert self._process.stdin is not None
-        await self._process.stdin.send(b"arm\n")
+        await self._process.stdin.send(f"arm {late}\n".encode())
         with anyio.fail_after(_STOP_WITHIN):
             await self._armed.wait()
 

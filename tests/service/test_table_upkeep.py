@@ -1,7 +1,8 @@
 """The landing table's upkeep by the active leader (issue 30), over a real Delta table on
 disk: the leader compacts what handlers land and shows it (``GET /status``'s ``table``,
-``/metrics``); only the active leader keeps the table up, and the standby takes over when
-it steps down; a round that fails is logged, counted and retried, and leadership stays."""
+``/metrics`` on its metrics port); only the active leader keeps the table up, and the
+standby takes over when it steps down; a round that fails is logged, counted and retried,
+and leadership stays."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ from adapters.memory import InMemoryAssignmentStore, InMemoryElection, InMemoryM
 from core.assignment import strategy_named
 from core.messages import Envelope, LandedRow
 from services.common.landing_zone import LandingZone, open_landing_zone
-from services.common.metrics import TableMetrics
+from services.common.metrics import metrics_app
 from services.common.settings import LeaderSettings
-from services.common.upkeep import TableKeeper, utc_day
+from services.common.upkeep import TableKeeper, TableMetrics, utc_day
 from services.leader.backlog import BacklogReader
 from services.leader.leader_loop import LeaderLoop
 from services.leader.status import LiveStatus, create_status_app
@@ -141,10 +142,13 @@ async def test_the_active_leader_compacts_what_handlers_land_and_shows_it(
         live = LiveStatus(await status_reader(world, stack, BacklogReader(world.transport, 2)))
         tg = await stack.enter_async_context(anyio.create_task_group())
         await tg.start(live.run)
-        app = create_status_app(live, registry)
+        app = create_status_app(live)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://leader") as client:
             table = (await client.get("/status")).json()["table"]
+            assert (await client.get("/metrics")).status_code == 404  # on a port of its own
+        scraper = httpx.ASGITransport(app=metrics_app(registry))
+        async with httpx.AsyncClient(transport=scraper, base_url="http://leader") as client:
             metrics = (await client.get("/metrics")).text
         tg.cancel_scope.cancel()
 
@@ -164,7 +168,7 @@ async def test_the_active_leader_compacts_what_handlers_land_and_shows_it(
     assert table["last_checkpoint"] is not None and table["last_error"] is None
     assert table["last_vacuum"] == {  # the first round vacuums; nothing was left behind
         "at": table["last_vacuum"]["at"],
-        "retention_hours": 6.0,
+        "retention_hours": 36.0,
         "files_removed": 0,
         "dry_run": False,
     }

@@ -2,22 +2,27 @@
 (``plan_landing``), the settled places of one log (``Settled``) against a plain set,
 a new message at a position a row already holds (a log that handed it out again),
 how an unconfirmed commit is recognised (``commit_landed``), which days compaction
-rewrites (``days_to_compact``) and which files of a day it merges (``compaction_groups``)."""
+rewrites (``days_to_compact``) and which files of a day it merges (``compaction_groups``);
+when a rewrite can be undone (``plan_repair``) and how short a vacuum retention may be."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from core.table import (
     DayFiles,
+    LoggedFile,
     Settled,
     commit_landed,
     compaction_groups,
     days_to_compact,
     log_key,
     plan_landing,
+    plan_repair,
     transaction_app_id,
+    vacuum_retention_problem,
 )
 
 LOGS = (log_key("nats:S@t1", 0), log_key("nats:S@t1", 1), log_key("kafka:c/t", 0))
@@ -232,3 +237,86 @@ def test_files_that_fit_the_target_together_become_one(sizes: list[int], target:
         assert sorted(groups[0]) == sorted(path for path, _ in files)
     else:
         assert len(groups) > 1 or sum(len(g) for g in groups) < len(files)
+
+
+# --- undoing a rewrite (plan_repair) and the vacuum's floor ---------------------------------
+
+paths = st.text("abcdef", min_size=1, max_size=4).map(lambda p: f"date=2026-11-21/{p}.parquet")
+
+
+@st.composite
+def rewrites(draw: st.DrawFn) -> tuple[list[LoggedFile], list[LoggedFile]]:
+    """A compaction's log entry: files removed and the files added in their place, the rows
+    the same, nothing a data change."""
+    names = draw(st.lists(paths, min_size=3, max_size=8, unique=True))
+    cut = draw(st.integers(1, len(names) - 1))
+    rows = draw(st.lists(st.integers(0, 1000), min_size=cut, max_size=cut))
+    removed = [LoggedFile(p, False, r) for p, r in zip(names[:cut], rows, strict=True)]
+    added_paths = names[cut:]
+    split = [sum(rows) // len(added_paths)] * len(added_paths)
+    split[0] += sum(rows) - sum(split)
+    added = [LoggedFile(p, False, r) for p, r in zip(added_paths, split, strict=True)]
+    return removed, added
+
+
+@given(rewrites())
+def test_a_broken_rewrite_is_undone_whole(
+    rewrite: tuple[list[LoggedFile], list[LoggedFile]],
+) -> None:
+    removed, added = rewrite
+    plan = plan_repair(
+        7, added, removed, active=[f.path for f in added], stored=[f.path for f in removed]
+    )
+    assert set(plan.restore) == {f.path for f in removed}
+    assert set(plan.drop) == {f.path for f in added}
+    assert plan.version == 7
+
+
+@given(rewrites(), st.data())
+def test_a_repair_that_would_lose_or_duplicate_rows_is_refused(
+    rewrite: tuple[list[LoggedFile], list[LoggedFile]], data: st.DataObject
+) -> None:
+    removed, added = rewrite
+    active = [f.path for f in added]
+    stored = [f.path for f in removed]
+    fault = data.draw(st.sampled_from(["append", "rows", "rewritten", "vacuumed", "undone"]))
+    match = {
+        "append": "changed data",
+        "rows": "removed files of",
+        "rewritten": "a later version removed",
+        "vacuumed": "gone from storage",
+        "undone": "holds",
+    }[fault]
+    if fault == "append":
+        added = [LoggedFile(f.path, True, f.rows) for f in added]
+    elif fault == "rows":
+        added = [LoggedFile(added[0].path, False, (added[0].rows or 0) + 1), *added[1:]]
+    elif fault == "rewritten":
+        active = active[1:]
+    elif fault == "vacuumed":
+        stored = stored[1:]
+    else:
+        active = [*active, removed[0].path]
+    with pytest.raises(ValueError, match=match):
+        plan_repair(7, added, removed, active=active, stored=stored)
+
+
+def test_without_row_counts_a_repair_relies_on_the_files() -> None:
+    removed = [LoggedFile("date=d/a.parquet", False), LoggedFile("date=d/b.parquet", False)]
+    added = [LoggedFile("date=d/c.parquet", False, 10)]
+    plan = plan_repair(
+        3,
+        added,
+        removed,
+        active=["date=d/c.parquet"],
+        stored=["date=d/a.parquet", "date=d/b.parquet"],
+    )
+    assert plan.restore == ("date=d/a.parquet", "date=d/b.parquet")
+
+
+@given(st.floats(0.001, 1000.0), st.floats(0.1, 600.0), st.floats(0.1, 600.0))
+def test_a_vacuum_retention_must_outlast_a_handlers_write_and_lease(
+    hours: float, write_timeout: float, lease_ttl: float
+) -> None:
+    problem = vacuum_retention_problem(hours, write_timeout=write_timeout, lease_ttl=lease_ttl)
+    assert (problem is None) == (hours * 3600 > write_timeout + lease_ttl)

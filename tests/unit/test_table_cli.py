@@ -10,6 +10,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from itertools import count
 from pathlib import Path
@@ -29,6 +30,8 @@ from services.common.landing_zone import open_landing_zone
 from services.common.table import read_landed
 from services.common.upkeep import TableKeeper, no_table_status, utc_day
 
+# With no handler writing: every unnamed file, whatever its age.
+AT_ONCE = ("--retention-hours", "0", "--allow-short-retention")
 CLOSED_DAYS = ("2026-11-20", "2026-11-21")
 EXIT_USAGE = 2
 
@@ -86,8 +89,8 @@ def _ids(zone_dir: Path) -> list[str]:
     return sorted(str(m) for m in read_landed(zone_dir, columns=["message_id"])["message_id"])
 
 
-def _run(*args: str) -> Result:
-    return CliRunner().invoke(app, ["analytics", *args])
+def _run(*args: str, env: Mapping[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, ["analytics", *args], env=env)
 
 
 def _json(result: Result) -> Any:
@@ -150,14 +153,14 @@ def test_vacuum_deletes_unnamed_files_older_than_the_retention(tmp_path: Path) -
     zone = tmp_path / "zone"
     _land(zone, {CLOSED_DAYS[0]: 2})
     committed = sorted(p.relative_to(zone).as_posix() for p in zone.glob("date=*/*.parquet"))
-    old, young = _orphan(zone, age_hours=7), _orphan(zone, age_hours=0)
+    old, young = _orphan(zone, age_hours=37), _orphan(zone, age_hours=0)
     ids = _ids(zone)
 
     listed = _json(_run("vacuum", str(zone), "--dry-run", "--json"))
 
     assert listed == {
         "location": str(zone),
-        "retention_hours": 6.0,
+        "retention_hours": 36.0,
         "dry_run": True,
         "files": [old],
     }
@@ -167,14 +170,14 @@ def test_vacuum_deletes_unnamed_files_older_than_the_retention(tmp_path: Path) -
 
     assert deleted.exit_code == 0, deleted.output
     assert deleted.stdout.splitlines() == [
-        f"vacuum of {zone}: deleted 1 file(s) no table version names, older than 6 h",
+        f"vacuum of {zone}: deleted 1 file(s) no table version names, older than 36 h",
         f"  {old}",
     ]
     assert not (zone / old).exists() and (zone / young).exists()
     assert all((zone / path).exists() for path in committed)
     assert _ids(zone) == ids
 
-    at_zero = _json(_run("vacuum", str(zone), "--retention-hours", "0", "--json"))
+    at_zero = _json(_run("vacuum", str(zone), *AT_ONCE, "--json"))
     assert at_zero["files"] == [young]
 
 
@@ -184,11 +187,60 @@ def test_vacuum_removes_what_compaction_merged_away(tmp_path: Path) -> None:
     merged_away = sorted(p.relative_to(zone).as_posix() for p in zone.glob("date=*/*.parquet"))
     assert _run("compact", str(zone)).exit_code == 0
 
-    report = _json(_run("vacuum", str(zone), "--retention-hours", "0", "--json"))
+    report = _json(_run("vacuum", str(zone), *AT_ONCE, "--json"))
 
     assert report["files"] == merged_away
     assert len(list(zone.glob("date=*/*.parquet"))) == 1
     assert len(_ids(zone)) == 9
+
+
+def test_a_vacuum_retention_a_paused_writer_could_outlast_is_refused(tmp_path: Path) -> None:
+    """At or below the log retention (a writer paused that long could commit files the
+    vacuum deleted), or not above a handler's write and lease: refused, nothing deleted;
+    ``--allow-short-retention`` (no handler writing) takes any."""
+    zone = tmp_path / "zone"
+    _land(zone, {CLOSED_DAYS[0]: 2})
+    orphan = _orphan(zone, age_hours=2)
+
+    below_log = _run("vacuum", str(zone), "--retention-hours", "1")
+    below_write = _run(
+        "vacuum",
+        str(zone),
+        "--retention-hours",
+        "0.005",
+        env={"SHOAL_TABLE_LOG_RETENTION_HOURS": "0.001"},
+    )
+
+    assert below_log.exit_code == EXIT_USAGE
+    assert "must be below SHOAL_TABLE_VACUUM_RETENTION_HOURS" in below_log.stderr
+    assert below_write.exit_code == EXIT_USAGE
+    assert "not above a handler's write timeout and lease (40 s)" in below_write.stderr
+    assert (zone / orphan).exists(), "nothing deleted"
+
+    opted_out = _run("vacuum", str(zone), "--retention-hours", "1", "--allow-short-retention")
+
+    assert opted_out.exit_code == 0, opted_out.output
+    assert not (zone / orphan).exists()
+
+
+def test_the_tables_own_log_retention_bounds_a_vacuum(tmp_path: Path) -> None:
+    """The table keeps the log retention it was made with: a vacuum retention the settings
+    allow but the table's ``delta.logRetentionDuration`` does not is refused."""
+    zone = tmp_path / "zone"
+    _land(zone, {CLOSED_DAYS[0]: 2})  # made with the default: 30 h
+    orphan = _orphan(zone, age_hours=20)
+
+    refused = _run(
+        "vacuum",
+        str(zone),
+        "--retention-hours",
+        "10",
+        env={"SHOAL_TABLE_LOG_RETENTION_HOURS": "1"},
+    )
+
+    assert refused.exit_code == EXIT_USAGE, refused.output
+    assert "not above the table's log retention (30 h" in refused.stderr
+    assert (zone / orphan).exists()
 
 
 def test_a_missing_zone_is_refused(tmp_path: Path) -> None:
