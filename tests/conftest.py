@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
 from infra.local._testservers import ServerInfo, ServerUnavailable, provide, select_mode
+from tests._lossyfs import LossyMount, missing
 from tests._unavailable import NOT_APPLICABLE, unavailable, under_ci
 
 
@@ -107,3 +109,18 @@ def kafka_server(server_mode: str) -> Iterator[ServerInfo]:
 def minio_server(server_mode: str) -> Iterator[ServerInfo]:
     """An S3-compatible server (MinIO); ``.url`` is its endpoint, ``.credentials`` the keys."""
     yield from _serve("minio", server_mode)
+
+
+# --- a disk that loses what was never synced ----------------------------------------------
+
+
+@pytest.fixture
+def lossy_mount(tmp_path: Path) -> Iterator[LossyMount]:
+    """tests/_lossyfs.py mounted at ``tmp_path / "mnt"`` (its state in ``tmp_path /
+    "lossyfs"``): ``.path`` is the mount, ``.crash()`` the power cut (all that was not
+    fsynced, file and directory, is lost; the mount serves again at the same path)."""
+    reason = missing()
+    if reason is not None:
+        unavailable(f"the lossy FUSE file system cannot mount: {reason}")
+    with LossyMount(tmp_path / "lossyfs", tmp_path / "mnt") as mount:
+        yield mount

@@ -8,6 +8,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import anyio
@@ -29,7 +30,14 @@ from deltalake.transaction import (
 
 from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import LANDED_SCHEMA
-from adapters.delta._layout import COMMIT_ATTEMPTS, CONFLICT, LOG_FOLDER, PARTITION_COLUMN
+from adapters.delta._durable import LogSync
+from adapters.delta._layout import (
+    COMMIT_ATTEMPTS,
+    CONFLICT,
+    PARTITION_COLUMN,
+    commit_entry,
+    is_local,
+)
 from adapters.delta._settings import TableSettings
 from core.errors import CommitConflictError
 from core.table import LandedFile, LogKey, transaction_app_id
@@ -92,7 +100,13 @@ class DeltaLandedTable(Lifecycle):
     60 commits after one); it is asked only for a log the cache does not know, and the
     cache starts over when the commits since the last snapshot cannot all be read (the log
     was cleaned in between). The fence itself is Delta's app transactions, whatever the
-    cache says."""
+    cache says.
+
+    On a local disk a commit returns only once its log entry (and every entry below it,
+    and any checkpoint) is fsynced with the log's folder (``LogSync``): delta-rs syncs
+    nothing, and the caller acks when it returns. A sync that fails after the commit
+    landed raises; the next ``refresh`` syncs first, so nothing read back as landed is
+    acted on before it is durable."""
 
     def __init__(
         self,
@@ -107,11 +121,14 @@ class DeltaLandedTable(Lifecycle):
         self._version: int | None = None  # the snapshot's, as far as the tokens are read
         self._tokens: dict[LogKey, int | None] = {}  # as of that version
         self._store: pafs.FileSystem | None = None
+        self._log_sync = LogSync(Path(uri)) if is_local(uri) else None
+        self._sync_owed = False  # a commit landed whose log sync failed
 
     async def refresh(self) -> int:
         held, since = self._snapshot, self._version
 
         def read() -> tuple[DeltaTable, list[dict[str, Any]] | None]:
+            self._sync_log()
             snapshot = self._updated(held)
             version = snapshot.version()
             if since is None or not 0 <= version - since <= _HISTORY_LIMIT:
@@ -137,6 +154,13 @@ class DeltaLandedTable(Lifecycle):
         self._snapshot, self._version = snapshot, version
         return version
 
+    def _sync_log(self) -> None:
+        """Sync the local log (``LogSync``) when a commit landed unsynced. In the worker
+        thread of the commit or the refresh."""
+        if self._sync_owed and self._log_sync is not None:
+            self._log_sync.sync()
+            self._sync_owed = False
+
     def _commit_infos(self, versions: range) -> list[dict[str, Any]] | None:
         """Each version's commit info (with its ``version``), read from its own commit
         file; None when one is gone (the log was cleaned). Not ``DeltaTable.history``:
@@ -147,20 +171,10 @@ class DeltaLandedTable(Lifecycle):
         store = self._files()
         infos: list[dict[str, Any]] = []
         for version in versions:
-            try:
-                with store.open_input_stream(f"{LOG_FOLDER}/{version:020d}.json") as stream:
-                    lines = stream.read().decode().splitlines()
-            except FileNotFoundError:
+            entry = commit_entry(store, version)
+            if entry is None:
                 return None
-            info: dict[str, Any] = next(
-                (
-                    a["commitInfo"]
-                    for a in map(json.loads, filter(None, lines))
-                    if "commitInfo" in a
-                ),
-                {},
-            )
-            infos.append({**info, "version": version})
+            infos.append({**entry.info, "version": version})
         return infos
 
     def _files(self) -> pafs.FileSystem:
@@ -228,6 +242,9 @@ class DeltaLandedTable(Lifecycle):
         )
 
         def commit() -> None:
+            # Owed whatever the outcome: a commit that errs may have been stored (a failed
+            # post-commit checkpoint, a lost answer), and the refresh that finds it syncs.
+            self._sync_owed = self._log_sync is not None
             try:
                 snapshot.create_write_transaction(
                     actions,
@@ -241,6 +258,7 @@ class DeltaLandedTable(Lifecycle):
                 if CONFLICT in str(exc):
                     raise CommitConflictError(str(exc)) from exc
                 raise
+            self._sync_log()
 
         with anyio.CancelScope(shield=True):
             await _in_thread(commit)

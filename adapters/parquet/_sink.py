@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio.from_thread
 import anyio.to_thread
 
+from adapters._files import fsync_dir, make_dirs
 from adapters._lifecycle import Lifecycle
 from adapters._parquet_format import EncodedFile, ParquetSettings, encode_files
 from core.errors import OwnershipLostError
@@ -72,7 +73,7 @@ class ParquetSink(Lifecycle):
             (root / landed.path).unlink(missing_ok=True)
         for folder in {(root / landed.path).parent for landed in files}:
             if folder.is_dir():
-                _fsync_dir(folder)
+                fsync_dir(folder)
 
     def _write_sync(
         self, rows: list[LandedRow], valid: Callable[[], bool], handoff: _Handoff
@@ -87,7 +88,7 @@ class ParquetSink(Lifecycle):
             for file in encoded:
                 written.append(self._store(file))
             for folder in {path.parent for path in written}:
-                _fsync_dir(folder)
+                fsync_dir(folder)
             # Asked again once stored: a write cancelled (or a lease lost) while the data
             # went to disk leaves no file behind that nobody would commit or delete.
             landed = tuple(file.landed for file in encoded)
@@ -103,7 +104,7 @@ class ParquetSink(Lifecycle):
 
     def _store(self, file: EncodedFile) -> Path:
         path = self.settings.data_dir / file.landed.path
-        _make_dirs(path.parent)
+        make_dirs(path.parent)
         try:
             with path.open("xb") as f:
                 f.write(memoryview(file.data))
@@ -139,22 +140,3 @@ class _Handoff:
         with self._lock:
             self.abandoned = True
             return self._handed
-
-
-def _make_dirs(folder: Path) -> None:
-    """Create ``folder`` and missing parents, fsyncing each parent that got an entry."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for d in reversed(missing):
-        d.mkdir(exist_ok=True)
-        _fsync_dir(d.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -7,13 +7,18 @@
 #   minio  (S3-compatible object store)  built from its Go module with the machine's Go,
 #                                        into $SHOAL_CACHE/bin (pinned; AGPLv3: run as a
 #                                        separate test server, never linked)
+#   fuse3  >= 3.0                        Debian packages fuse3 and libfuse3-3 (the lossy
+#                                        file system of the power-cut tests; /dev/fuse needed)
+#   strace                               Debian package strace (the fsync-before-ack test)
+#   kustomize 5.5.0                      built from its Go module into $SHOAL_CACHE/bin (the
+#                                        k8s manifests rendered as kubectl apply -k does)
 # Packages that start a system service on install are stopped again, so nothing
 # is left listening on 2379/6379: tests start their own servers on free ports.
 # Prints one line per server; exits non-zero with a reason when one is missing.
 #
-# Usage: install.sh [etcd|redis|nats|kafka|minio|spark|browser ...]   (default: all of them;
-#   kafka = Java 17, Maven and Kafka's jars; spark = Delta Lake's jars for Spark;
-#   browser = Debian chromium and nginx)
+# Usage: install.sh [etcd|redis|nats|kafka|minio|spark|browser|fuse|kustomize ...]   (default:
+#   all of them; kustomize = built from its Go module for the manifest tests; kafka = Java 17, Maven and Kafka's jars; spark = Delta Lake's jars for Spark;
+#   browser = Debian chromium and nginx; fuse = Debian fuse3 for tests/_lossyfs.py, and strace)
 # Env: SHOAL_NATS_SERVER=/path/to/nats-server  (optional, checked first)
 set -euo pipefail
 
@@ -165,20 +170,31 @@ install_kafka() {
 MINIO_MODULE="github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
 install_minio() {
     # MinIO tags are not semver, so @latest would float: the pseudo-version is pinned.
+    go_install_pinned minio "$MINIO_MODULE"
+}
+
+go_install_pinned() {  # go_install_pinned NAME MODULE@VERSION: build into $SHOAL_CACHE/bin, once
     # The Go module and build caches live in $SHOAL_CACHE, so a second install is fast.
-    local cache="${SHOAL_CACHE:-$HOME/.cache/shoal}" bin
-    bin="$cache/bin/minio"
-    if [ -x "$bin" ] && [ "$(cat "$bin.module" 2>/dev/null)" = "$MINIO_MODULE" ]; then
-        echo "minio: ok, $bin"
+    local name=$1 module=$2 cache="${SHOAL_CACHE:-$HOME/.cache/shoal}" bin
+    bin="$cache/bin/$name"
+    if [ -x "$bin" ] && [ "$(cat "$bin.module" 2>/dev/null)" = "$module" ]; then
+        echo "$name: ok, $bin"
         return
     fi
-    command -v go >/dev/null 2>&1 || die "go not found: needed to build MinIO ($MINIO_MODULE)"
+    command -v go >/dev/null 2>&1 || die "go not found: needed to build $name ($module)"
     mkdir -p "$cache/bin"
     GOBIN="$cache/bin" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" \
-        GOTOOLCHAIN=local CGO_ENABLED=0 go install "$MINIO_MODULE" >/tmp/shoal-minio-build.log 2>&1 \
-        || { tail -n 15 /tmp/shoal-minio-build.log >&2; die "building MinIO failed; log in /tmp/shoal-minio-build.log"; }
-    echo "$MINIO_MODULE" > "$bin.module"
-    echo "minio: built $MINIO_MODULE into $bin"
+        GOTOOLCHAIN=local CGO_ENABLED=0 go install "$module" >"/tmp/shoal-$name-build.log" 2>&1 \
+        || { tail -n 15 "/tmp/shoal-$name-build.log" >&2; die "building $name failed; log in /tmp/shoal-$name-build.log"; }
+    echo "$module" > "$bin.module"
+    echo "$name: built $module into $bin"
+}
+
+# --- kustomize (tests/infra: the k8s manifests rendered as `kubectl apply -k` renders them) ---
+KUSTOMIZE_MODULE="sigs.k8s.io/kustomize/kustomize/v5@v5.5.0"
+install_kustomize() {
+    # Pinned and built from the Go module proxy (about a minute, once).
+    go_install_pinned kustomize "$KUSTOMIZE_MODULE"
 }
 
 # --- Delta Lake's jars for Spark (shoal analytics reads the landing zone's Delta table) ----
@@ -213,12 +229,39 @@ install_browser() {
     fi
 }
 
+# --- fuse (tests/_lossyfs.py: the file system that loses unsynced writes) -------------
+install_fuse() {
+    # Debian's fuse3 (fusermount3) and libfuse3-3, which mfusepy (the dev extra) loads.
+    # /dev/fuse is the kernel's (its fuse module): no package brings it.
+    fuse_version() { fusermount3 --version 2>/dev/null | sed -n 's/.*version: *//p' | head -n1; }
+    fuse_ok() {
+        command -v fusermount3 >/dev/null 2>&1 && version_ge "$(fuse_version)" 3.0 \
+            && /sbin/ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so\.3 '
+    }
+    if fuse_ok; then
+        echo "fuse:  ok, fuse3 $(fuse_version) ($(command -v fusermount3))"
+    else
+        apt_install fuse3 libfuse3-3
+        hash -r
+        fuse_ok || die "fuse3 installed but fusermount3 or libfuse3.so.3 is missing"
+        echo "fuse:  installed fuse3 $(fuse_version) via apt (fuse3, libfuse3-3)"
+    fi
+    [ -e /dev/fuse ] || die "/dev/fuse is missing: load the kernel's fuse module (modprobe fuse), or run the container with --device /dev/fuse"
+    # strace: the test that sees each commit's log entry fsynced before the handler acks
+    if command -v strace >/dev/null 2>&1; then
+        echo "strace: ok, $(strace -V | head -n1)"
+    else
+        apt_install strace
+        echo "strace: installed $(strace -V | head -n1) via apt"
+    fi
+}
+
 
 components=("$@")
-[ $# -gt 0 ] || components=(etcd redis nats kafka minio spark browser)
+[ $# -gt 0 ] || components=(etcd redis nats kafka minio spark browser fuse kustomize)
 for component in "${components[@]}"; do
     case "$component" in
-        etcd|redis|nats|kafka|minio|spark|browser) "install_$component" ;;
-        *) die "unknown component '$component'; valid: etcd redis nats kafka minio spark browser" ;;
+        etcd|redis|nats|kafka|minio|spark|browser|fuse|kustomize) "install_$component" ;;
+        *) die "unknown component '$component'; valid: etcd redis nats kafka minio spark browser fuse kustomize" ;;
     esac
 done
