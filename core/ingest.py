@@ -25,9 +25,11 @@ __all__ = [
     "InvalidRequestError",
     "announcement",
     "check_content_type",
-    "content_codings",
+    "content_coding",
+    "declared_length",
     "gunzip",
     "parse_body",
+    "reservation_for",
     "stamp",
     "unprocessable",
 ]
@@ -86,20 +88,50 @@ def check_content_type(value: str | None) -> None:
     )
 
 
-def content_codings(value: str | None) -> tuple[str, ...]:
-    """The codings of a ``Content-Encoding`` header, in the order they were applied;
-    415 for any but gzip (and identity, which is dropped)."""
-    codings = tuple(
+def content_coding(value: str | None) -> str | None:
+    """The coding of a ``Content-Encoding`` header: ``"gzip"``, or None for none (identity
+    is dropped). At most one gzip layer is read: a repeated coding (``gzip, gzip``) or gzip
+    with another is refused (415) before the body is read, so the work of undoing a
+    request is bounded by one inflation; so is any coding but gzip."""
+    codings = [
         c.strip().lower()
         for c in (value or "").split(",")
         if c.strip().lower() not in ("", "identity")
-    )
+    ]
     for coding in codings:
         if coding not in ACCEPTED_ENCODINGS:
             raise InvalidRequestError(
                 f"content encoding {coding!r} is not read here; send gzip or none", status=415
             )
-    return codings
+    if len(codings) > 1:
+        raise InvalidRequestError(
+            f"content encoding {', '.join(codings)!r} has {len(codings)} layers; "
+            "one gzip layer at most is read here",
+            status=415,
+        )
+    return codings[0] if codings else None
+
+
+def declared_length(value: str | None) -> int | None:
+    """A ``Content-Length`` header's number of bytes; None when there is none or it is not
+    a plain decimal (the server's HTTP parser refuses such a request anyway)."""
+    text = (value or "").strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
+def reservation_for(declared: int | None, *, gzipped: bool, max_body_bytes: int) -> int:
+    """The bytes one ingest request is counted for while it is in flight, from its headers
+    alone: ``sent``, its body as sent (``declared``, its Content-Length; ``max_body_bytes``
+    when it declares none, as a chunked body, or more: reading stops there), and twice
+    what its messages may amount to, because the gateway holds them twice at every step
+    (the body and its copy as it is read, the body and the messages parsed from it, the
+    messages and the broker messages packed from them, until the broker confirmed):
+    ``2 * sent``, or with its one gzip layer ``sent + 2 * max_body_bytes`` (decompression
+    stops at the limit)."""
+    sent = max_body_bytes if declared is None else min(declared, max_body_bytes)
+    return sent + 2 * max_body_bytes if gzipped else 2 * sent
 
 
 def gunzip(body: bytes, limit: int) -> bytes:

@@ -123,6 +123,12 @@ class GatewaySettings(BaseSettings):
     retry_after_seconds: int = Field(default=2, ge=1)
     # Ingest requests in flight at once (reading, parsing, publishing); past it: 503.
     max_concurrent_requests: int = Field(default=256, ge=1)
+    # Bytes the ingest requests in flight may hold at once, each counted before its body
+    # is read (core.ingest.reservation_for: twice its declared body, or the limit when it
+    # declares none; gzipped: its body and twice the limit); a request that does not fit:
+    # 503 at once. 128 MiB: 16 bodies of 4 MiB, or 2,048 of 32 KiB (the request count
+    # binds first); with the process's own ~90 MiB it fits the k8s pod's memory limit.
+    max_bytes_in_flight: int = Field(default=128 * 1024 * 1024, ge=1)
     # Projects whose sequence counter and announcement are kept (LRU); a project forgotten
     # and seen again starts a new series {id}~{generation} and is announced again.
     max_tracked_projects: int = Field(default=100_000, ge=1)
@@ -131,12 +137,43 @@ class GatewaySettings(BaseSettings):
     reannounce_interval: float = Field(default=3600.0, gt=0)
     # Where the acceptance ledger goes ({dir}/{id}.jsonl); unset: no ledger.
     ledger_dir: Path | None = None
-    # The API keys (`shoal keys`); unset: no authentication (the gateway logs a warning).
+    # The API keys (`shoal keys`). Unset, the gateway does not start unless
+    # allow_anonymous is true (then it takes any request and logs a warning).
     api_keys_file: Path | None = None
+    allow_anonymous: bool = False
     # Requests per second per key and gateway process (bursts of twice that); past it: 429.
     key_rate: float = Field(default=200.0, gt=0)
     # How long an Idempotency-Key's answer is kept (seconds) in the broker-side store.
     idempotency_window: float = Field(default=600.0, gt=0)
+    # Prometheus /metrics, apart from the public ingest port; port 0: not served.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.max_bytes_in_flight < 3 * self.max_body_bytes:
+            raise ValueError(
+                f"SHOAL_GATEWAY_MAX_BYTES_IN_FLIGHT ({self.max_bytes_in_flight}) is below "
+                f"three times SHOAL_GATEWAY_MAX_BODY_BYTES ({3 * self.max_body_bytes}): a "
+                "gzipped body of the largest size could never be taken"
+            )
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError(
+                f"SHOAL_GATEWAY_METRICS_PORT {self.metrics_port} is the ingest port: "
+                "metrics are served apart from it"
+            )
+        return self
+
+    def anonymous_problem(self) -> str | None:
+        """Why this gateway must not start: no API keys and no explicit opt-in to take
+        requests from anyone. None when it may."""
+        if self.api_keys_file is not None or self.allow_anonymous:
+            return None
+        return (
+            "SHOAL_GATEWAY_API_KEYS_FILE is unset: the gateway would take any request "
+            "from anyone; name a keys file (`shoal keys create --file PATH ...`) or set "
+            "SHOAL_GATEWAY_ALLOW_ANONYMOUS=true to run without authentication"
+        )
 
 
 class HandlerSettings(BaseSettings):
@@ -227,8 +264,13 @@ class LeaderSettings(BaseSettings):
     lease_ttl: float = Field(default=10.0, gt=0)
     debounce: float = Field(default=0.2, ge=0)
     reconcile_interval: float = Field(default=20.0, gt=0)
+    # The status API, its event stream and the dashboard: this machine only, unless set
+    # (docker compose and the k8s ConfigMap set 0.0.0.0).
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
+    # Prometheus /metrics, on a port of its own; 0: not served.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=0, ge=0, le=65535)
     # Status API base URLs of the other replicas: a standby shows the active leader's
     # rebalance and scaling history (comma-separated from the environment).
     peers: Annotated[tuple[str, ...], NoDecode] = ()
@@ -247,6 +289,15 @@ class LeaderSettings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @model_validator(mode="after")
+    def _metrics_apart(self) -> Self:
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError(
+                f"SHOAL_LEADER_METRICS_PORT {self.metrics_port} is the status API's port: "
+                "metrics are served apart from it"
+            )
+        return self
 
 
 def _one_of(value: str, valid: tuple[str, ...]) -> str:

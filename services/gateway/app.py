@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from adapters.memory import InMemoryIdempotencyStore
 from core.access import AccessDeniedError, ApiKey, TokenBucket, authenticate, authorize, take
@@ -20,16 +20,17 @@ from core.ingest import (
     IngestLimits,
     InvalidRequestError,
     check_content_type,
-    content_codings,
+    content_coding,
+    declared_length,
     gunzip,
     parse_body,
+    reservation_for,
     stamp,
 )
 from core.messages import PROJECT_ID_PATTERN, is_valid_project_id
 from core.ports import AcceptanceLedger, ApiKeyStore, IdempotencyStore
 from core.tracking import RecentSet, SeriesCounters
 from services.common.logs import fields
-from services.common.metrics import metrics_response
 from services.gateway.idempotency import IdempotentIngest, idempotency_key
 from services.gateway.publishing import LedgerBook, Publisher, RecordedPublish
 
@@ -102,6 +103,11 @@ class GatewayMetrics:
         self.publish_seconds = Histogram(
             "shoal_gateway_publish_seconds", "Time to broker confirmation", registry=registry
         )
+        self.bytes_in_flight = Gauge(
+            "shoal_gateway_bytes_in_flight",
+            "Bytes the ingest requests in flight are counted for (their reservations)",
+            registry=registry,
+        )
 
 
 def bulk_message_ids(count: int) -> list[str]:
@@ -115,14 +121,36 @@ def bulk_message_ids(count: int) -> list[str]:
 _PARSE_INLINE_BYTES = 64 * 1024
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body as sent, refused (413) once it passes ``limit`` bytes: checked
-    against Content-Length before reading and while reading, never buffered past it."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+@dataclass(frozen=True, slots=True)
+class Heading:
+    """What an ingest request's path and headers say, checked before its body is read."""
+
+    idempotency_key: str | None
+    gzipped: bool
+    declared: int | None  # Content-Length
+
+
+def read_heading(project_id: str, request: Request, limits: IngestLimits) -> Heading:
+    """The request's heading, or ``InvalidRequestError`` (400, 413 for a declared length
+    over the limit, 415) before anything of the body is read."""
+    if not is_valid_project_id(project_id):
         raise InvalidRequestError(
-            f"body is {int(declared)} bytes; the limit is {limit}", status=413
+            f"project id {project_id!r} must match {PROJECT_ID_PATTERN.pattern}"
         )
+    key = idempotency_key(request)
+    check_content_type(request.headers.get("content-type"))
+    gzipped = content_coding(request.headers.get("content-encoding")) == "gzip"
+    declared = declared_length(request.headers.get("content-length"))
+    if declared is not None and declared > limits.max_body_bytes:
+        raise InvalidRequestError(
+            f"body is {declared} bytes; the limit is {limits.max_body_bytes}", status=413
+        )
+    return Heading(key, gzipped, declared)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body as sent, refused (413) once it passes ``limit`` bytes while it is
+    read: never buffered past it."""
     chunks = bytearray()
     async for chunk in request.stream():
         chunks += chunk
@@ -131,6 +159,28 @@ async def read_body(request: Request, limit: int) -> bytes:
                 f"body is over {limit} bytes; the limit is {limit}", status=413
             )
     return bytes(chunks)
+
+
+def _inflate_and_parse(body: bytes, limits: IngestLimits) -> list[bytes]:
+    return parse_body(gunzip(body, limits.max_body_bytes), limits)
+
+
+async def read_payloads(
+    request: Request, gzipped: bool, limits: IngestLimits
+) -> tuple[list[bytes], float]:
+    """The request's messages and when its body was in (``time.time()``). Its one gzip
+    layer is undone in a worker thread (whatever the body's size: a small body may inflate
+    to the limit), as is parsing a large body, so the event loop keeps answering. The body
+    is released once parsed."""
+    body = await read_body(request, limits.max_body_bytes)
+    received_at = time.time()
+    if gzipped:
+        payloads = await anyio.to_thread.run_sync(_inflate_and_parse, body, limits)
+    elif len(body) > _PARSE_INLINE_BYTES:
+        payloads = await anyio.to_thread.run_sync(parse_body, body, limits)
+    else:
+        payloads = parse_body(body, limits)
+    return payloads, received_at
 
 
 def create_app(
@@ -144,19 +194,26 @@ def create_app(
     publish_deadline: float | None = None,
     ledger: AcceptanceLedger | None = None,
     max_concurrent_requests: int = 256,
+    max_bytes_in_flight: int = 128 * 1024 * 1024,
     api_keys: ApiKeyStore | None = None,
     key_rate: float = 200.0,
     idempotency: IdempotencyStore | None = None,
     max_tracked_projects: int = 100_000,
     reannounce_interval: float = 3600.0,
+    registry: CollectorRegistry | None = None,
 ) -> FastAPI:
     """The FastAPI app; the caller owns ``transport``, ``ledger``, ``api_keys`` and
     ``idempotency`` (entered before, closed after). With a ledger, every reserved sequence
     range is recorded as accepted or refused, whatever fails after the reservation (a
     failure then answers 503, never 500); a line the ledger refuses waits in memory
-    (``LedgerBook``) and nothing new is published until it is written. Past
-    ``max_concurrent_requests`` ingest requests in flight, the next is answered 503 with
-    Retry-After at once.
+    (``LedgerBook``) and nothing new is published until it is written.
+
+    Admission: past ``max_concurrent_requests`` ingest requests in flight, the next is
+    answered 503 with Retry-After at once; so is one whose reservation
+    (``core.ingest.reservation_for``, from its headers: twice its declared body, or the
+    limit; gzipped, its body and twice the limit) does not fit in ``max_bytes_in_flight``
+    beside the reservations of the requests in flight. Both are decided before the body
+    is read, and a reservation is given back when its request ends, however it ends.
 
     With ``api_keys``, an ingest request needs ``Authorization: Bearer <key>`` (401 without
     a valid one, 403 for a project the key may not write), and each key may send
@@ -169,7 +226,10 @@ def create_app(
 
     A publish the broker did not confirm within ``publish_timeout`` is made again with the
     same messages until ``publish_deadline`` (default: one attempt), then answered 503
-    (``RecordedPublish``)."""
+    (``RecordedPublish``).
+
+    The metrics go to ``registry`` (default: one of its own); the app does not serve them
+    (``services.common.metrics.metrics_app`` does, on a port of its own)."""
     # FastAPI's own OpenTelemetry spans and meters wrap every request (measured: a tenth
     # of the gateway's CPU under load); the gateway's metrics are its Prometheus ones.
     app = FastAPI(
@@ -178,7 +238,7 @@ def create_app(
         redoc_url=None,
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
-    registry = CollectorRegistry()
+    registry = registry if registry is not None else CollectorRegistry()
     metrics = GatewayMetrics(registry)
     state = GatewayState(
         gateway_id,
@@ -192,6 +252,7 @@ def create_app(
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     in_flight = 0
+    bytes_in_flight = 0
     buckets: dict[str, TokenBucket] = {}
 
     async def admit(project_id: str, request: Request) -> Response | None:
@@ -249,42 +310,46 @@ def create_app(
     )
 
     async def ingest(request: Request) -> Response:
-        nonlocal in_flight
+        nonlocal in_flight, bytes_in_flight
         project_id: str = request.path_params["project_id"]
         refusal = await admit(project_id, request)
         if refusal is not None:
             return refusal
-        if in_flight >= max_concurrent_requests:
-            return refuse(
-                503,
-                f"{in_flight} requests in flight, the most this gateway takes at once",
-                **{"Retry-After": str(retry_after_seconds)},
-            )
-        in_flight += 1
         try:
-            return await accept(project_id, request)
-        finally:
-            in_flight -= 1
-
-    async def accept(project_id: str, request: Request) -> Response:
-        try:
-            if not is_valid_project_id(project_id):
-                raise InvalidRequestError(
-                    f"project id {project_id!r} must match {PROJECT_ID_PATTERN.pattern}"
-                )
-            key = idempotency_key(request)
-            check_content_type(request.headers.get("content-type"))
-            codings = content_codings(request.headers.get("content-encoding"))
-            body = await read_body(request, limits.max_body_bytes)
-            for _ in codings:  # gzip applied n times: undone n times, each bounded
-                body = gunzip(body, limits.max_body_bytes)
-            received_at = time.time()
-            if len(body) > _PARSE_INLINE_BYTES:
-                payloads = await anyio.to_thread.run_sync(parse_body, body, limits)
-            else:
-                payloads = parse_body(body, limits)
+            heading = read_heading(project_id, request, limits)
         except InvalidRequestError as exc:
             return refuse(exc.status, str(exc))
+        busy = {"Retry-After": str(retry_after_seconds)}
+        if in_flight >= max_concurrent_requests:
+            return refuse(
+                503, f"{in_flight} requests in flight, the most this gateway takes at once", **busy
+            )
+        need = reservation_for(
+            heading.declared, gzipped=heading.gzipped, max_body_bytes=limits.max_body_bytes
+        )
+        if bytes_in_flight + need > max_bytes_in_flight:
+            return refuse(
+                503,
+                f"the requests in flight hold {bytes_in_flight} of the {max_bytes_in_flight} "
+                f"bytes this gateway takes at once; this one needs {need}",
+                **busy,
+            )
+        in_flight += 1
+        bytes_in_flight += need
+        metrics.bytes_in_flight.set(bytes_in_flight)
+        try:
+            return await accept(project_id, request, heading)
+        finally:
+            in_flight -= 1
+            bytes_in_flight -= need
+            metrics.bytes_in_flight.set(bytes_in_flight)
+
+    async def accept(project_id: str, request: Request, heading: Heading) -> Response:
+        try:
+            payloads, received_at = await read_payloads(request, heading.gzipped, limits)
+        except InvalidRequestError as exc:
+            return refuse(exc.status, str(exc))
+        key = heading.idempotency_key
         if key is not None:
             return await idempotent.accept(project_id, key, payloads, received_at)
         series, first_sequence = state.reserve(project_id, len(payloads))
@@ -330,9 +395,5 @@ def create_app(
         except Exception as exc:  # any failure means "not ready": say why
             return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
         return JSONResponse({"status": "ready"})
-
-    @app.get("/metrics")
-    async def metrics_endpoint() -> Response:
-        return metrics_response(registry)
 
     return app

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sys
 from contextlib import AsyncExitStack
 
 import anyio
 from dependency_injector import containers, providers
+from prometheus_client import CollectorRegistry
 
 from adapters.keys import ApiKeyFile
 from adapters.ledger import JsonlLedger
@@ -18,6 +20,7 @@ from services.common.clusters import enter_datacenters
 from services.common.http import embedded_server, serve_until
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import fields
+from services.common.metrics import metrics_app
 from services.common.settings import GatewaySettings, ShoalSettings
 from services.gateway.app import create_app
 from services.gateway.publishing import Publisher
@@ -36,6 +39,10 @@ class GatewayContainer(containers.DeclarativeContainer):
 async def serve(container: GatewayContainer) -> None:
     shoal: ShoalSettings = container.shoal()
     settings: GatewaySettings = container.gateway()
+    problem = settings.anonymous_problem()
+    if problem is not None:  # before anything connects; one line, as a bad setting's
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
     # Sequences live in this process's memory: a restarted gateway must not reuse its old
     # series, so every process gets its own id even when SHOAL_GATEWAY_ID is fixed.
     gateway_id = f"{settings.id}.{secrets.token_hex(3)}"
@@ -64,13 +71,15 @@ async def serve(container: GatewayContainer) -> None:
         if settings.ledger_dir is not None:
             ledger = await stack.enter_async_context(JsonlLedger(settings.ledger_dir, gateway_id))
         api_keys = None
-        if settings.api_keys_file is None:
+        if settings.api_keys_file is None:  # SHOAL_GATEWAY_ALLOW_ANONYMOUS=true
             log.warning(
                 "authentication is off: any client may write any project "
-                "(set SHOAL_GATEWAY_API_KEYS_FILE; see `shoal keys`)"
+                "(SHOAL_GATEWAY_ALLOW_ANONYMOUS=true; set SHOAL_GATEWAY_API_KEYS_FILE, "
+                "see `shoal keys`)"
             )
         else:
             api_keys = await stack.enter_async_context(ApiKeyFile(settings.api_keys_file))
+        registry = CollectorRegistry()
         app = create_app(
             transport,
             gateway_id=gateway_id,
@@ -85,13 +94,19 @@ async def serve(container: GatewayContainer) -> None:
             retry_after_seconds=settings.retry_after_seconds,
             ledger=ledger,
             max_concurrent_requests=settings.max_concurrent_requests,
+            max_bytes_in_flight=settings.max_bytes_in_flight,
             api_keys=api_keys,
             key_rate=settings.key_rate,
             idempotency=idempotency,
             max_tracked_projects=settings.max_tracked_projects,
             reannounce_interval=settings.reannounce_interval,
+            registry=registry,
         )
-        server = embedded_server(app, settings.host, settings.port)
+        servers = [embedded_server(app, settings.host, settings.port)]
+        if settings.metrics_port:
+            servers.append(
+                embedded_server(metrics_app(registry), settings.metrics_host, settings.metrics_port)
+            )
         stop = anyio.Event()
         log.info(
             "gateway starting",
@@ -99,11 +114,16 @@ async def serve(container: GatewayContainer) -> None:
                 id=gateway_id,
                 url=f"http://{settings.host}:{settings.port}",
                 auth="off" if api_keys is None else f"API keys in {settings.api_keys_file}",
+                metrics=f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
+                if settings.metrics_port
+                else "off",
             ),
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, 15.0)
-            await serve_until(server, stop)
+            async with anyio.create_task_group() as serving:
+                for server in servers:  # both finish their requests in flight
+                    serving.start_soon(serve_until, server, stop)
             tg.cancel_scope.cancel()
     log.info("gateway stopped", extra=fields(id=gateway_id))
 

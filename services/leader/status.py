@@ -32,14 +32,12 @@ import anyio
 from anyio.abc import TaskStatus
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry
 
 from core.backlog import backlog_alerts, group_backlog, merge_top_projects
 from core.ports import AssignmentStore, Election, HoldStore, LoadReports, Membership
 from core.scaling import member_loads
 from services.common.clusters import Backlogs
 from services.common.logs import fields
-from services.common.metrics import metrics_response
 from services.common.upkeep import no_table_status
 from services.leader.backlog import Backlog, BacklogReader, rounded_age
 from services.leader.dashboard import mount_dashboard
@@ -372,10 +370,10 @@ class LiveStatus:
             await anyio.sleep(self._backlog_interval)
 
 
-def create_status_app(live: LiveStatus, registry: CollectorRegistry) -> FastAPI:
-    """The status API, serving what ``live`` read (``live.run`` keeps it up to date);
-    ``registry`` is what ``/metrics`` serves (the backlog gauges are on it when the
-    reader's ``BacklogReader`` was given it)."""
+def create_status_app(live: LiveStatus) -> FastAPI:
+    """The status API, serving what ``live`` read (``live.run`` keeps it up to date). The
+    leader's metrics are not here: ``services.common.metrics.metrics_app`` serves them on
+    a port of their own."""
     app = FastAPI(title="shoal leader status", docs_url=None, redoc_url=None)
 
     @app.get("/status")
@@ -388,10 +386,6 @@ def create_status_app(live: LiveStatus, registry: CollectorRegistry) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return metrics_response(registry)
 
     mount_dashboard(app, live)
     return app

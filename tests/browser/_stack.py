@@ -130,7 +130,7 @@ class Stack:
             live = LiveStatus(reader, interval=0.25)
             async with anyio.create_task_group() as status_tasks:
                 await status_tasks.start(live.run, self.stops[leader_id])
-                async with serve_app(create_status_app(live, CollectorRegistry())) as url:
+                async with serve_app(create_status_app(live)) as url:
                     self.url = self.url or url
                     self.leader_loops[leader_id] = leader_loop
                     task_status.started(leader_loop)

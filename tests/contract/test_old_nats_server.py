@@ -46,6 +46,7 @@ def _env(nats_url: str, tmp_path: Path) -> dict[str, str]:
         "SHOAL_NATS_CONNECT_TIMEOUT": "5",
         "SHOAL_GATEWAY_PORT": str(free_port()),
         "SHOAL_GATEWAY_LEDGER_DIR": str(tmp_path / "ledger"),
+        "SHOAL_GATEWAY_ALLOW_ANONYMOUS": "true",  # no keys: what is checked is the server
         "SHOAL_HANDLER_DATA_DIR": str(tmp_path / "data"),
         "SHOAL_LEADER_PORT": str(free_port()),
         "SHOAL_SCALING_SCALER": "none",

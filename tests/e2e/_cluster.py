@@ -245,6 +245,8 @@ class Cluster:
         self._procs: dict[str, ServiceProcess] = {}
         # Settings for one process by name, over every other (a store reached via a proxy).
         self.process_env: dict[str, dict[str, str]] = {}
+        # A command one process by name runs under (strace), its own command appended.
+        self.process_wrapper: dict[str, list[str]] = {}
         self._http: httpx.AsyncClient | None = None
         self._preferred_status: str | None = None
         self.stop_problems: list[str] = []
@@ -289,7 +291,7 @@ class Cluster:
         log_path = self.log_dir / f"{name}.log"
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
-                [sys.executable, "-m", f"services.{role}"],
+                [*self.process_wrapper.get(name, []), sys.executable, "-m", f"services.{role}"],
                 cwd=self.repo,
                 env={
                     **self._env,
@@ -306,10 +308,23 @@ class Cluster:
         self._procs[name] = ServiceProcess(name, role, popen, log_path, port, time.time())
 
     async def start_gateway(
-        self, name: str = "gateway", *, ready: bool = True, port: int | None = None
+        self,
+        name: str = "gateway",
+        *,
+        ready: bool = True,
+        port: int | None = None,
+        api_keys_file: Path | None = None,
     ) -> ServiceProcess:
-        """``port``: the address a killed gateway had, so its clients find it again."""
+        """``port``: the address a killed gateway had, so its clients find it again.
+        ``api_keys_file``: the keys its requests need; without one the gateway takes any
+        request (``SHOAL_GATEWAY_ALLOW_ANONYMOUS=true``: it listens on loopback only, and
+        the suites that do not test access send no key)."""
         port = port or free_port()
+        access = (
+            {"SHOAL_GATEWAY_ALLOW_ANONYMOUS": "true"}
+            if api_keys_file is None
+            else {"SHOAL_GATEWAY_API_KEYS_FILE": str(api_keys_file)}
+        )
         self._spawn(
             name,
             "gateway",
@@ -319,6 +334,7 @@ class Cluster:
                 "SHOAL_GATEWAY_HOST": HOST,
                 "SHOAL_GATEWAY_PORT": str(port),
                 "SHOAL_GATEWAY_LEDGER_DIR": str(self.data_dir / "_ledger"),
+                **access,
             },
         )
         if ready:

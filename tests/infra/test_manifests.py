@@ -5,6 +5,10 @@
   (unknown fields fail), for the oldest and the newest Kubernetes we target, with the
   schemas the ``kubernetes-validate`` package ships (no network); the manifests agree
   with each other (selectors, ports, ConfigMap and Secret names; kustomization lists all);
+- the kustomizations rendered (infra/k8s, and the opt-in overlay infra/k8s-ingress with
+  its Ingress) keep the public edge closed: the gateway only behind a ClusterIP Service
+  and a TLS Ingress, its API keys mounted from a Secret, no anonymous write, metrics on
+  ports of their own, and a gateway memory limit that fits its byte budget;
 - docker-compose.yml validates against the Compose Specification schema (vendored in
   tests/infra/schemas/, Apache-2.0, see NOTICE.compose-spec), every image is pinned, every
   service has a healthcheck;
@@ -17,6 +21,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -37,6 +42,7 @@ yaml = import_module("yaml", DEV_EXTRA)
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 K8S = INFRA / "k8s"
+K8S_INGRESS = INFRA / "k8s-ingress"  # the opt-in overlay: the base and an Ingress
 COMPOSE = INFRA / "docker-compose.yml"
 NGINX_CONF = INFRA / "nginx" / "nginx.conf"
 DOCKERFILE = INFRA / "Dockerfile"
@@ -61,8 +67,16 @@ def k8s_files() -> list[Path]:
     return sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
+def overlay_files() -> list[Path]:
+    return sorted(p for p in K8S_INGRESS.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
 def k8s_objects() -> list[tuple[str, Doc]]:
-    return [(f"{p.name}#{i}", d) for p in k8s_files() for i, d in enumerate(load_all(p))]
+    return [
+        (f"{p.name}#{i}", d)
+        for p in [*k8s_files(), *overlay_files()]
+        for i, d in enumerate(load_all(p))
+    ]
 
 
 def rel(path: Path) -> str:
@@ -177,6 +191,216 @@ def test_config_and_secret_references_name_objects_of_the_kustomization() -> Non
             assert ":" in container["image"], f"{container['name']}: image without a tag"
 
 
+def test_the_ingress_overlay_adds_only_its_ingress_to_the_base() -> None:
+    (kustomization,) = load_all(K8S_INGRESS / "kustomization.yaml")
+    assert kustomization["kind"] == "Kustomization"
+    assert kustomization["resources"] == ["../k8s", *(p.name for p in overlay_files())]
+    assert [d["kind"] for p in overlay_files() for d in load_all(p)] == ["Ingress"]
+
+
+# --- the kustomizations rendered: the public edge ---------------------------------------
+
+KUSTOMIZATIONS = {"base": K8S, "ingress": K8S_INGRESS}
+_RENDERED_KEYS = {"apiVersion", "kind", "resources", "images"}
+
+
+def render_here(directory: Path) -> list[Doc]:
+    """``kustomize build directory`` for what these kustomizations use, in Python: their
+    resources (files, and directories of their own kustomization) and ``images`` (newName,
+    newTag). Anything else fails here rather than render wrong. Checked against kustomize
+    itself where it is installed (``test_rendering_here_agrees_with_kustomize``)."""
+    (kustomization,) = load_all(directory / "kustomization.yaml")
+    unknown = set(kustomization) - _RENDERED_KEYS
+    assert not unknown, f"{rel(directory)} uses {sorted(unknown)}: not rendered here"
+    documents: list[Doc] = []
+    for resource in kustomization["resources"]:
+        path = (directory / resource).resolve()
+        documents += render_here(path) if path.is_dir() else load_all(path)
+    for image in kustomization.get("images", []):
+        for document in documents:
+            for container in _containers(document):
+                name, _, tag = container["image"].partition(":")
+                if name == image["name"]:
+                    container["image"] = (
+                        f"{image.get('newName', name)}:{image.get('newTag', tag)}".rstrip(":")
+                    )
+    return documents
+
+
+def _containers(document: Doc) -> list[Doc]:
+    spec = document.get("spec", {}).get("template", {}).get("spec", {})
+    return [*spec.get("containers", []), *spec.get("initContainers", [])]
+
+
+def _kustomize() -> list[str] | None:
+    """The command that renders a kustomization, if one is installed: the pinned one
+    ``infra/local/install.sh kustomize`` builds first."""
+    cache = Path(os.environ.get("SHOAL_CACHE") or Path.home() / ".cache" / "shoal")
+    if (pinned := cache / "bin" / "kustomize").is_file():
+        return [str(pinned), "build"]
+    if kustomize := shutil.which("kustomize"):
+        return [kustomize, "build"]
+    if kubectl := shutil.which("kubectl"):
+        return [kubectl, "kustomize"]
+    return None
+
+
+def _render_with(command: list[str], directory: Path) -> list[Doc]:
+    done = subprocess.run(
+        [*command, str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+
+
+def _by_identity(documents: list[Doc]) -> dict[tuple[str, str, str], Doc]:
+    keyed = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in documents
+    }
+    assert len(keyed) == len(documents), "an object is rendered twice"
+    return keyed
+
+
+def render(directory: Path) -> list[Doc]:
+    """A kustomization as applied: by kustomize where installed, else ``render_here``."""
+    command = _kustomize()
+    return render_here(directory) if command is None else _render_with(command, directory)
+
+
+@pytest.fixture(scope="module", params=sorted(KUSTOMIZATIONS))
+def rendered(request: pytest.FixtureRequest) -> list[Doc]:
+    return render(KUSTOMIZATIONS[request.param])
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_rendering_here_agrees_with_kustomize(name: str) -> None:
+    command = _kustomize()
+    if command is None:
+        unavailable("kustomize is not installed (bash infra/local/install.sh kustomize)")
+    directory = KUSTOMIZATIONS[name]
+    assert _by_identity(render_here(directory)) == _by_identity(_render_with(command, directory))
+
+
+def _of_kind(documents: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in documents if d["kind"] == kind]
+
+
+def _component(documents: list[Doc], kind: str, component: str) -> list[Doc]:
+    return [
+        d
+        for d in _of_kind(documents, kind)
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+
+
+def _env(container: Doc) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def _mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0}
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", quantity)
+    assert match, f"memory {quantity!r}: give it in Ki, Mi or Gi"
+    return int(match.group(1)) * units[match.group(2)]
+
+
+def test_no_gateway_is_exposed_but_through_a_cluster_ip_service(rendered: list[Doc]) -> None:
+    for service in _of_kind(rendered, "Service"):
+        kind = service["spec"].get("type", "ClusterIP")
+        assert kind not in ("LoadBalancer", "NodePort"), (
+            f"Service {service['metadata']['name']} is a {kind}: the edge is the Ingress"
+        )
+    (gateway,) = _component(rendered, "Service", "gateway")
+    assert gateway["spec"]["type"] == "ClusterIP"
+    assert [p["targetPort"] for p in gateway["spec"]["ports"]] == ["ingest"]
+
+
+def test_the_gateway_reads_its_api_keys_from_a_mounted_secret(rendered: list[Doc]) -> None:
+    (deployment,) = _component(rendered, "Deployment", "gateway")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    keys_file = Path(_env(container)["SHOAL_GATEWAY_API_KEYS_FILE"])
+    (mount,) = [m for m in container["volumeMounts"] if keys_file.parent == Path(m["mountPath"])]
+    assert "subPath" not in mount, "a subPath mount never sees the Secret change"
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]
+    assert not secret.get("optional"), "no Secret, no gateway"
+    assert [i["path"] for i in secret.get("items", [])] in ([], [keys_file.name])
+    secrets = {d["metadata"]["name"]: d for d in _of_kind(rendered, "Secret")}
+    keys = json.loads(secrets[secret["secretName"]]["stringData"][keys_file.name])
+    assert keys == {"version": 1, "keys": []}, "the example holds no key"
+
+
+def test_no_manifest_lets_anyone_write_without_a_key(rendered: list[Doc]) -> None:
+    for path in [*K8S.rglob("*"), *K8S_INGRESS.rglob("*")]:
+        if path.is_file():
+            assert "ALLOW_ANONYMOUS" not in path.read_text(encoding="utf-8"), rel(path)
+    for document in rendered:
+        for container in _containers(document):
+            assert "SHOAL_GATEWAY_ALLOW_ANONYMOUS" not in _env(container)
+        assert "SHOAL_GATEWAY_ALLOW_ANONYMOUS" not in document.get("data", {})
+        assert "SHOAL_GATEWAY_ALLOW_ANONYMOUS" not in document.get("stringData", {})
+
+
+def test_the_ingress_overlay_serves_the_gateway_over_tls_only() -> None:
+    assert _of_kind(render(K8S), "Ingress") == [], "the Ingress is an opt-in overlay"
+    rendered = render(K8S_INGRESS)
+    (ingress,) = _of_kind(rendered, "Ingress")
+    spec = ingress["spec"]
+    (tls,) = spec["tls"]
+    assert tls["secretName"] and tls["hosts"]
+    gateway = {d["metadata"]["name"] for d in _component(rendered, "Service", "gateway")}
+    for rule in spec["rules"]:
+        assert rule["host"] in tls["hosts"], f"{rule['host']} is served without TLS"
+        for path in rule["http"]["paths"]:
+            backend = path["backend"]["service"]
+            assert backend["name"] in gateway and backend["port"] == {"name": "ingest"}
+            assert path["path"].startswith("/v1/"), "only the ingest API is public"
+
+
+def test_every_deployment_serves_metrics_on_a_port_of_its_own(rendered: list[Doc]) -> None:
+    deployments = _of_kind(rendered, "Deployment")
+    assert {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in deployments} == {
+        "gateway",
+        "handler",
+        "leader",
+    }
+    for deployment in deployments:
+        role = deployment["metadata"]["labels"]["app.kubernetes.io/component"]
+        template = deployment["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        env = _env(container)
+        metrics = ports["metrics"]
+        assert [n for n, p in ports.items() if p == metrics] == ["metrics"], role
+        assert env[f"SHOAL_{role.upper()}_METRICS_PORT"] == str(metrics)
+        assert env[f"SHOAL_{role.upper()}_METRICS_HOST"] == "0.0.0.0"
+        annotations = template["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(metrics), role
+        assert annotations["prometheus.io/path"] == "/metrics"
+    for service in _of_kind(rendered, "Service"):  # the public ones name no metrics port
+        if service["spec"].get("clusterIP") != "None":
+            assert "metrics" not in {p["targetPort"] for p in service["spec"]["ports"]}
+
+
+# The gateway's resident memory at rest and what it held past its reservations in the
+# burst of tests/e2e/test_gateway_edge.py (60 bodies of 4 MiB at once): 85 and 55 MiB at
+# the most measured.
+GATEWAY_IDLE_MIB = 85
+GATEWAY_PAST_BUDGET_MIB = 55
+
+
+def test_the_gateway_memory_limit_fits_its_byte_budget(rendered: list[Doc]) -> None:
+    (deployment,) = _component(rendered, "Deployment", "gateway")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    budget = int(_env(container)["SHOAL_GATEWAY_MAX_BYTES_IN_FLIGHT"]) / (1 << 20)
+    limit = _mebibytes(container["resources"]["limits"]["memory"])
+    needed = budget + GATEWAY_IDLE_MIB + GATEWAY_PAST_BUDGET_MIB
+    assert limit >= needed * 1.25, f"{limit} MiB leaves no headroom over {needed} MiB"
+
+
 # --- docker compose -----------------------------------------------------------------------
 
 
@@ -287,6 +511,25 @@ def test_compose_runs_the_shoal_roles_from_one_image(compose: Doc) -> None:
     assert len(ids) == len(set(ids)) and None not in ids, "every member needs its own id"
 
 
+def test_compose_gateways_need_keys_or_are_reached_from_this_host_only(compose: Doc) -> None:
+    """Each gateway has API keys or opts in to none explicitly; with one that has none, no
+    port of the stack is published beyond 127.0.0.1."""
+    services = compose["services"]
+    gateways = [s for s in services.values() if s.get("command", [""])[0] == "gateway"]
+    assert gateways
+    anonymous = False
+    for gateway in gateways:
+        environment = gateway["environment"]
+        keys = environment.get("SHOAL_GATEWAY_API_KEYS_FILE")
+        opt_in = environment.get("SHOAL_GATEWAY_ALLOW_ANONYMOUS") == "true"
+        assert bool(keys) != opt_in, "a gateway needs keys, or the explicit opt-in alone"
+        anonymous |= opt_in
+    if anonymous:
+        for name, service in services.items():
+            for port in service.get("ports", []):
+                assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} to all"
+
+
 def test_compose_mounts_the_nginx_config_that_exists(compose: Doc) -> None:
     (mount,) = compose["services"]["nginx"]["volumes"]
     source, target, _ = mount.split(":")
@@ -320,7 +563,7 @@ def test_nginx_is_stream_only_and_balances_the_compose_services(compose: Doc) ->
             host, _port = server.split(":")
             assert host in compose["services"], f"upstream {host} is not a compose service"
     listens = re.findall(r"^\s*listen\s+(\d+)\s*;", code, flags=re.M)
-    published = {p.split(":")[0] for p in compose["services"]["nginx"]["ports"]}
+    published = {p.split(":")[-2] for p in compose["services"]["nginx"]["ports"]}
     assert set(listens) == published == {"8080", "8090"}
 
 

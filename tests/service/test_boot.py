@@ -1,4 +1,6 @@
-"""A service whose backend is missing or refuses says so in one line and exits 1."""
+"""A service whose backend is missing or refuses says so in one line and exits 1; one that
+must not start as configured (a gateway without API keys, a consumption mode that cannot
+run) says so in one line and exits 2, before it connects to anything."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def test_a_missing_broker_is_one_error_line_and_exit_1(service: str, tmp_path: P
         "SHOAL_ETCD_ENDPOINTS": f"127.0.0.1:{free_port()}",
         "SHOAL_GATEWAY_PORT": str(free_port()),
         "SHOAL_GATEWAY_LEDGER_DIR": str(tmp_path / "ledger"),
+        "SHOAL_GATEWAY_ALLOW_ANONYMOUS": "true",  # what is checked is the broker
         "SHOAL_HANDLER_DATA_DIR": str(tmp_path / "data"),
     }
     done = subprocess.run(
@@ -93,3 +96,31 @@ def test_a_consumption_mode_that_cannot_run_is_refused_before_connecting_with_ex
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert says in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_gateway_without_keys_or_the_opt_in_exits_2_with_one_error_line(
+    log_format: str,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env |= {
+        "SHOAL_LOG_FORMAT": log_format,
+        "SHOAL_GATEWAY_PORT": str(free_port()),
+        # nothing listens here: a gateway that got as far as connecting would exit 1
+        "SHOAL_NATS_URL": f"nats://127.0.0.1:{free_port()}",
+        "SHOAL_NATS_CONNECT_TIMEOUT": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "services.gateway"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: SHOAL_GATEWAY_API_KEYS_FILE is unset"), line
+    assert "SHOAL_GATEWAY_ALLOW_ANONYMOUS=true" in line, line

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from adapters.ledger import JsonlLedger
 from adapters.memory import InMemoryLedger, InMemoryTransport
@@ -21,6 +22,7 @@ from core.ingest import IngestLimits
 from core.messages import Envelope, LedgerEntry, MessageKind, Outcome
 from core.partitioning import partition_for
 from core.ports import AcceptanceLedger
+from services.common.metrics import metrics_app
 from services.gateway.app import create_app
 
 pytestmark = pytest.mark.anyio
@@ -100,6 +102,7 @@ async def test_sequence_continues_and_no_second_announcement_when_project_posts_
 
 
 ZIP_BOMB = gzip.compress(b"{" + b" " * 1_000_000 + b"}", mtime=0)  # 1 MB of JSON in about 1 KB
+ZIP_TWICE = gzip.compress(gzip.compress(b'{"a": 1}', mtime=0), mtime=0)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +132,9 @@ ZIP_BOMB = gzip.compress(b"{" + b" " * 1_000_000 + b"}", mtime=0)  # 1 MB of JSO
         ("ok", b"<a>1</a>", {"content-type": "application/xml"}, 415, "'application/xml'"),
         ("ok", b'{"a": 1}', {"content-type": "text/html; charset=utf-8"}, 415, "text/html"),
         ("ok", b'{"a": 1}', {"content-encoding": "br"}, 415, "'br'"),
+        ("ok", ZIP_TWICE, {"content-encoding": "gzip, gzip"}, 415, "one gzip layer at most"),
+        ("ok", ZIP_TWICE, {"content-encoding": "gzip,GZIP"}, 415, "2 layers"),
+        ("ok", b'{"a": 1}', {"content-encoding": "gzip, deflate"}, 415, "'deflate'"),
         ("ok", b'{"a": 1}', {"content-encoding": "gzip"}, 400, "not valid gzip"),
         ("ok", gzip.compress(b'{"a": 1}', mtime=0)[:-4], {"content-encoding": "gzip"}, 400, "gzip"),
         ("ok", ZIP_BOMB, {"content-encoding": "gzip"}, 413, "once decompressed"),
@@ -169,7 +175,7 @@ async def test_a_json_array_is_a_batch_of_its_objects_kept_byte_for_byte(
     ]
 
 
-async def test_gzip_bodies_are_read_once_decompressed_even_when_gzipped_twice(
+async def test_a_gzip_body_is_read_once_decompressed_when_it_has_one_layer(
     client: httpx.AsyncClient, memory: InMemoryTransport
 ) -> None:
     ndjson = b'{"g": 1}\n{"g": 2}\n'
@@ -178,18 +184,50 @@ async def test_gzip_bodies_are_read_once_decompressed_even_when_gzipped_twice(
         content=gzip.compress(ndjson),
         headers={"content-encoding": "gzip", "content-type": "application/x-ndjson"},
     )
-    twice = await client.post(
+    members = await client.post(  # two gzip members one after the other: still one layer
         "/v1/projects/dev-gzip/messages",
-        content=gzip.compress(gzip.compress(b'{"g": 3}')),
-        headers={"content-encoding": "gzip, gzip"},
+        content=gzip.compress(b'{"g": 3}\n') + gzip.compress(b'{"g": 4}'),
+        headers={"content-encoding": "identity, gzip"},
     )
-    assert (once.status_code, twice.status_code) == (202, 202)
+    assert (once.status_code, members.status_code) == (202, 202)
     stored = await _stored(memory, partition_for("dev-gzip", 128))
     assert [e.payload for e in stored if e.kind is MessageKind.DATA] == [
         b'{"g": 1}',
         b'{"g": 2}',
         b'{"g": 3}',
+        b'{"g": 4}',
     ]
+
+
+class Upload:
+    """A request body sent in chunks as the app asks for them; ``pulled`` counts what it
+    asked for. ``chunks`` of ``size`` bytes: a body too large to read by accident."""
+
+    def __init__(self, chunks: int, size: int = 1024 * 1024) -> None:
+        self.pulled = 0
+        self._chunks = chunks
+        self._chunk = b" " * size
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for _ in range(self._chunks):
+            self.pulled += 1
+            yield self._chunk
+
+
+async def test_nested_gzip_is_refused_with_415_before_its_body_is_read(
+    client: httpx.AsyncClient, memory: InMemoryTransport
+) -> None:
+    upload = Upload(chunks=64)  # 64 MiB
+    with anyio.fail_after(5):
+        response = await client.post(
+            "/v1/projects/dev-nest/messages",
+            content=upload,
+            headers={"content-encoding": "gzip, gzip"},
+        )
+    assert response.status_code == 415
+    assert "one gzip layer at most" in response.json()["error"]
+    assert upload.pulled == 0, "the body was read"
+    assert await memory.backlog(partition_for("dev-nest", 128)) == 0
 
 
 async def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(
@@ -214,11 +252,21 @@ class HeldTransport(InMemoryTransport):
         self.full = anyio.Event()  # ``holding`` publishes wait
         self._holding = holding
         self._waiting = 0
+        self._arrivals: dict[int, anyio.Event] = {}
+
+    def arrived(self, count: int) -> anyio.Event:
+        """Set once ``count`` publishes have come to wait."""
+        event = self._arrivals.setdefault(count, anyio.Event())
+        if self._waiting >= count:
+            event.set()
+        return event
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         self._waiting += 1
         if self._waiting == self._holding:
             self.full.set()
+        if (arrival := self._arrivals.get(self._waiting)) is not None:
+            arrival.set()
         await self.release.wait()
         await super().publish(envelopes)
 
@@ -260,6 +308,74 @@ async def test_503_with_retry_after_past_the_requests_in_flight_bound() -> None:
         assert after == []
 
 
+def _json_of(size: int) -> bytes:
+    """One JSON object of exactly ``size`` bytes."""
+    return b'{"a": "' + b"x" * (size - 9) + b'"}'
+
+
+async def test_503_at_once_when_a_request_does_not_fit_in_the_bytes_in_flight() -> None:
+    limits = IngestLimits(max_body_bytes=10_000, max_message_bytes=10_000)
+    packed = gzip.compress(b'{"a": 1}')
+    async with HeldTransport(holding=3) as held:
+        app = create_app(
+            held,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=limits,
+            publish_timeout=30.0,
+            retry_after_seconds=4,
+            max_bytes_in_flight=50_000,
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+            answers: dict[str, int] = {}
+
+            async def post(name: str, body: bytes) -> None:
+                answer = await client.post(f"/v1/projects/{name}/messages", content=body)
+                answers[name] = answer.status_code
+
+            async with anyio.create_task_group() as tg:
+                # Two bodies of 9,000 bytes are counted twice over: 36,000 of the 50,000
+                # bytes, while they wait for the broker.
+                tg.start_soon(post, "big-1", _json_of(9_000))
+                tg.start_soon(post, "big-2", _json_of(9_000))
+                with anyio.fail_after(5):
+                    await held.arrived(2).wait()
+                # gzipped: its body and twice the 10,000 bytes it may inflate to; 14,000 left
+                refused = await client.post(
+                    "/v1/projects/zipped/messages",
+                    content=packed,
+                    headers={"content-encoding": "gzip"},
+                )
+                assert refused.status_code == 503
+                assert refused.headers["Retry-After"] == "4"
+                assert refused.json()["error"] == (
+                    "the requests in flight hold 36000 of the 50000 bytes this gateway takes "
+                    f"at once; this one needs {len(packed) + 20_000}"
+                )
+                # no declared length (chunked): counted as the whole limit (twice), not read
+                upload = Upload(chunks=8, size=1_000)
+                with anyio.fail_after(5):
+                    chunked = await client.post("/v1/projects/chunked/messages", content=upload)
+                assert chunked.status_code == 503
+                assert upload.pulled == 0, "the body was read"
+                # what fits is taken: the budget counts bytes, not requests (12,000 more)
+                tg.start_soon(post, "small", _json_of(6_000))
+                with anyio.fail_after(5):
+                    await held.full.wait()
+                held.release.set()
+            assert answers == {"big-1": 202, "big-2": 202, "small": 202}
+            # every reservation was given back: the gzipped request fits now
+            again = await client.post(
+                "/v1/projects/zipped/messages",
+                content=packed,
+                headers={"content-encoding": "gzip"},
+            )
+            assert again.status_code == 202
+        assert await held.backlog(partition_for("chunked", 128)) == 0
+
+
 class BrokenTransport(InMemoryTransport):
     """A transport with a bug: publish raises something no one planned for."""
 
@@ -288,13 +404,33 @@ async def test_503_with_retry_after_when_broker_does_not_confirm() -> None:
     assert "no responders" in response.json()["error"]
 
 
-async def test_health_and_metrics_when_messages_were_accepted(client: httpx.AsyncClient) -> None:
-    await client.post("/v1/projects/dev-4/messages", content=b'{"a": 1}\n{"a": 2}')
-    assert (await client.get("/healthz")).json()["status"] == "ok"
-    assert (await client.get("/readyz")).status_code == 200
-    metrics = (await client.get("/metrics")).text
+async def test_health_on_the_ingest_port_and_metrics_only_apart_from_it() -> None:
+    registry = CollectorRegistry()
+    async with InMemoryTransport() as memory:
+        app = create_app(
+            memory,
+            gateway_id="gw-test",
+            partitions=128,
+            limits=IngestLimits(),
+            publish_timeout=5.0,
+            retry_after_seconds=3,
+            registry=registry,
+        )
+        async with (
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=metrics_app(registry)), base_url="http://m"
+            ) as scraper,
+        ):
+            await gw.post("/v1/projects/dev-4/messages", content=b'{"a": 1}\n{"a": 2}')
+            assert (await gw.get("/healthz")).json()["status"] == "ok"
+            assert (await gw.get("/readyz")).status_code == 200
+            assert json.loads((await gw.get("/healthz")).text)["gateway_id"] == "gw-test"
+            assert (await gw.get("/metrics")).status_code == 404
+            metrics = (await scraper.get("/metrics")).text
+            assert (await scraper.get("/healthz")).status_code == 404
     assert "shoal_gateway_messages_accepted_total 2.0" in metrics
-    assert json.loads((await client.get("/healthz")).text)["gateway_id"] == "gw-test"
+    assert "shoal_gateway_bytes_in_flight 0.0" in metrics
 
 
 async def test_ledger_records_accepted_and_refused_ranges_when_a_ledger_is_given() -> None:
@@ -533,7 +669,7 @@ async def _fuzz_once(
     content_type=st.sampled_from(
         [None, "application/json", "application/x-ndjson", "text/plain", "application/xml", "x/y"]
     ),
-    coding=st.sampled_from([None, "gzip", "identity", "deflate"]),
+    coding=st.sampled_from([None, "gzip", "identity", "deflate", "gzip, gzip"]),
     squeeze=st.booleans(),  # with gzip: send the body uncompressed anyway
 )
 def test_no_input_yields_a_5xx_or_publishes_anything_but_json_objects(

@@ -179,4 +179,5 @@ async def test_a_key_with_its_own_rate_uses_it(client: httpx.AsyncClient, world:
 
 async def test_status_endpoints_need_no_key(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).status_code == 200
-    assert (await client.get("/metrics")).status_code == 200
+    # metrics are served on a port of their own (services.common.metrics.metrics_app)
+    assert (await client.get("/metrics")).status_code == 404

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import anyio
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters._idempotency_book import AnswerBook
 from adapters.memory import InMemoryIdempotencyStore, InMemoryLedger, InMemoryTransport
@@ -36,6 +37,7 @@ async def gateway(
     store: IdempotencyStore | None = None,
     ledger: InMemoryLedger | None = None,
     gateway_id: str = "gw-a",
+    registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(
         transport,
@@ -46,6 +48,7 @@ async def gateway(
         retry_after_seconds=3,
         ledger=ledger,
         idempotency=store,
+        registry=registry,
     )
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://gw"
@@ -66,7 +69,11 @@ def _data(envelopes: list[Envelope]) -> list[Envelope]:
 
 async def test_a_retry_is_answered_200_with_the_same_ids_and_publishes_nothing() -> None:
     ledger = InMemoryLedger()
-    async with InMemoryTransport() as memory, gateway(memory, ledger=ledger) as client:
+    registry = CollectorRegistry()
+    async with (
+        InMemoryTransport() as memory,
+        gateway(memory, ledger=ledger, registry=registry) as client,
+    ):
         first = await client.post(URL, content=BODY, headers={"Idempotency-Key": "order-17"})
         assert first.status_code == 202
         assert "Idempotent-Replayed" not in first.headers
@@ -79,7 +86,7 @@ async def test_a_retry_is_answered_200_with_the_same_ids_and_publishes_nothing()
         assert again.headers["Idempotent-Replayed"] == "true"
         assert again.json() == body
         stored = await _stored(memory)
-        metrics = (await client.get("/metrics")).text
+    metrics = generate_latest(registry).decode()
     assert [e.message_id for e in _data(stored)] == body["message_ids"]
     assert {e.gateway_id for e in _data(stored)} == {body["gateway_id"]}
     assert [e.sequence for e in _data(stored)] == [1, 2, 3]

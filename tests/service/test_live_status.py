@@ -19,7 +19,6 @@ import anyio
 import httpx
 import pytest
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
 
 from adapters.memory import (
     InMemoryMembership,
@@ -90,7 +89,7 @@ async def test_requests_are_answered_at_once_while_the_store_and_the_broker_are_
         live = LiveStatus(reader, interval=0.05, first_backlog_wait=5.0)
         await tg.start(live.run)  # the first read: backlog and store, slow as they are
         took: list[float] = []
-        async with _client(create_status_app(live, CollectorRegistry())) as client:
+        async with _client(create_status_app(live)) as client:
             with anyio.fail_after(30):
                 while True:
                     seconds, response = await _timed_get(client, "/status")
@@ -148,7 +147,7 @@ async def test_a_read_that_hangs_serves_the_last_document_for_max_age_then_a_503
         await tg.start(live.run)
         membership.delay = 60.0  # every read from now on hangs (within its timeout)
         hung = time.monotonic()
-        async with _client(create_status_app(live, CollectorRegistry())) as client:
+        async with _client(create_status_app(live)) as client:
             ages: list[float] = []
             with anyio.fail_after(10):
                 while True:  # the document ages by the clock: no event to await
@@ -175,7 +174,7 @@ async def test_a_failed_read_is_a_503_that_says_why_until_a_read_succeeds(
         tg = await stack.enter_async_context(anyio.create_task_group())
         live = LiveStatus(reader, interval=0.05)
         await tg.start(live.run)
-        async with _client(create_status_app(live, CollectorRegistry())) as client:
+        async with _client(create_status_app(live)) as client:
             assert (await client.get("/status")).status_code == 200
             world.state.set_available(False)
             with anyio.fail_after(10):
