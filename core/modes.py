@@ -11,8 +11,9 @@
   landed table refuses a position that another handler already settled.
 - ``broadcast``: every handler of the group gets every message, at its own position
   (a durable consumer, or a Kafka offsets group, per handler), and lands it into its own
-  table: the group's zone holds one copy per handler. The ``broadcast`` strategy makes
-  every handler the owner of every partition.
+  table, which it keeps up itself: one copy per handler, in ``{zone}-broadcast/{id}``
+  beside the group's zone (``broadcast_zone``). The ``broadcast`` strategy makes every
+  handler the owner of every partition.
 
 Pure rules: which mode goes with which strategy and transport, whose position a handler
 consumes at, whether partition holds are contended across the group, and what else a
@@ -30,10 +31,12 @@ from core.ports import TransportFeatures
 
 __all__ = [
     "BROADCAST_STRATEGY",
+    "BROADCAST_ZONES",
     "SHARED_STRATEGY",
     "ConsumptionMode",
     "autoscaling_problem",
     "broadcast_id_problem",
+    "broadcast_zone",
     "contends_for_holds",
     "mode_problem",
     "position_of",
@@ -42,6 +45,9 @@ __all__ = [
 
 BROADCAST_STRATEGY = "broadcast"
 SHARED_STRATEGY = "fan-out"
+BROADCAST_ZONES = "-broadcast"
+"""The suffix of the folder beside a group's zone that holds its broadcast handlers'
+tables."""
 
 
 class ConsumptionMode(StrEnum):
@@ -96,6 +102,25 @@ def position_of(mode: ConsumptionMode, member_id: MemberId) -> str | None:
     id in broadcast mode (each handler keeps its own, so it must keep its id across
     restarts), None (the group's one position) otherwise."""
     return member_id if mode is ConsumptionMode.BROADCAST else None
+
+
+def broadcast_zone(zone: str, position: str) -> str:
+    """The table of the broadcast handler at ``position``: ``{zone}-broadcast/{position}``,
+    beside the group's zone (a directory or ``s3://bucket/prefix``), never inside it. A
+    table in another table's folder loses its files to the outer one's vacuum (delta-rs
+    hides only the top-level ``_`` and ``.`` folders from it), so a zone switched from
+    broadcast to exclusive would have its leader delete every handler's table.
+    ``ValueError`` for a zone at a bucket's root, which has no folder beside it."""
+    root = zone.rstrip("/")
+    scheme, _, path = root.rpartition("://")
+    if scheme and "/" not in path:
+        raise ValueError(
+            f"the zone {zone} is a bucket's root: a broadcast handler's table goes beside "
+            "the zone, so give the zone a prefix (s3://bucket/zone)"
+        )
+    if not path:
+        raise ValueError(f"the zone {zone!r} has no folder to put a broadcast table beside")
+    return f"{root}{BROADCAST_ZONES}/{position}"
 
 
 # A position's name goes into broker names (a NATS consumer name, a Kafka group id):

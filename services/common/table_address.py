@@ -8,9 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.s3 import S3Location, S3Settings
+from adapters.s3 import S3Location, S3Settings, check_conditional_create
 
-__all__ = ["TableAddress", "is_object_store", "storage_options", "table_address"]
+__all__ = [
+    "TableAddress",
+    "check_zone_store",
+    "is_object_store",
+    "storage_options",
+    "table_address",
+]
 
 
 def is_object_store(location: str | Path) -> bool:
@@ -55,3 +61,13 @@ def storage_options(s3: S3Settings) -> dict[str, str]:
     if not s3.verify_tls:
         options["allow_invalid_certificates"] = "true"
     return options
+
+
+async def check_zone_store(location: str | Path, s3: S3Settings | None = None) -> None:
+    """Before a process writes the zone: on an object store, probe that it refuses a second
+    create of one key (``adapters.s3.check_conditional_create``; a store that does not
+    would let two commits of one version both land). ``IncompatibleServerError`` naming the
+    store when it does not, ``OSError`` when it cannot be reached. Nothing to probe on a
+    disk (delta-rs creates a version's entry with a hard link, refused when it exists)."""
+    if is_object_store(location):
+        await check_conditional_create(s3 or S3Settings(), S3Location.parse(str(location)))

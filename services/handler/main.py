@@ -10,21 +10,26 @@ from dependency_injector import containers, providers
 from prometheus_client import CollectorRegistry, start_http_server
 
 from adapters.coordination import StoreHoldStore
+from adapters.delta import TableSettings
 from adapters.memory import InMemoryCoordinationStore
 from adapters.parquet import ParquetSettings, use_memory_pool
 from core.modes import (
     ConsumptionMode,
     broadcast_id_problem,
+    broadcast_zone,
     contends_for_holds,
     position_of,
     retention_problem,
 )
+from core.table import vacuum_retention_problem
 from services.common.backends import Backends, deletes_acked_messages
 from services.common.clusters import enter_datacenters
 from services.common.landing_zone import open_landing_zone
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import REFUSAL, fields
-from services.common.settings import HandlerSettings, ShoalSettings
+from services.common.settings import HandlerSettings, ShoalSettings, load_settings
+from services.common.table_address import check_zone_store
+from services.common.upkeep import TableKeeper, TableMetrics
 from services.handler.metrics import HandlerMetrics
 from services.handler.worker import Handler
 
@@ -41,13 +46,6 @@ class HandlerContainer(containers.DeclarativeContainer):
     parquet = providers.Singleton(ParquetSettings)
 
 
-def zone_of(data_dir: str, position: str | None) -> str:
-    """The handler's landing zone: the group's, or a broadcast handler's own table in a
-    folder named after its position (each copy is a table of its own: in one table the
-    copies would be duplicates of each other, and all but one refused)."""
-    return data_dir if position is None else f"{data_dir.rstrip('/')}/{position}"
-
-
 async def serve(container: HandlerContainer) -> None:
     settings: HandlerSettings = container.handler()
     shoal: ShoalSettings = container.shoal()
@@ -60,11 +58,30 @@ async def serve(container: HandlerContainer) -> None:
         problem = problem or broadcast_id_problem(
             settings.id, chosen="id" in settings.model_fields_set
         )
+    table_settings = load_settings(TableSettings)
+    problem = problem or vacuum_retention_problem(
+        table_settings.vacuum_retention_hours,
+        write_timeout=settings.write_timeout,
+        lease_ttl=settings.lease_ttl,
+    )
     if problem is not None:
         log.error("%s", problem, extra=REFUSAL)
         raise SystemExit(2)
     position = position_of(mode, settings.id)
-    data_dir = zone_of(settings.data_dir, position)
+    data_dir = settings.data_dir
+    keeper = None
+    if position is not None:
+        # Each copy is a table of its own (in one table the copies would be duplicates of
+        # each other, and all but one refused), kept up by its one writer.
+        try:
+            data_dir = broadcast_zone(settings.data_dir, position)
+        except ValueError as exc:
+            log.error("SHOAL_HANDLER_DATA_DIR: %s", exc, extra=REFUSAL)
+            raise SystemExit(2) from None
+        keeper = TableKeeper.at(
+            data_dir, table_settings, metrics=TableMetrics(container.registry())
+        )
+    await check_zone_store(data_dir)
     if settings.metrics_port:
         start_http_server(
             settings.metrics_port, settings.metrics_host, registry=container.registry()
@@ -86,7 +103,9 @@ async def serve(container: HandlerContainer) -> None:
         projects = await stack.enter_async_context(container.backends.project_registry())
         transport = await stack.enter_async_context(container.backends.transport(position=position))
         datacenters = await enter_datacenters(stack, container.shoal().transport, position=position)
-        zone = await stack.enter_async_context(open_landing_zone(data_dir, parquet=parquet))
+        zone = await stack.enter_async_context(
+            open_landing_zone(data_dir, parquet=parquet, table=table_settings)
+        )
         handler = Handler(
             settings=settings,
             membership=membership,
@@ -106,6 +125,8 @@ async def serve(container: HandlerContainer) -> None:
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, settings.drain_timeout + 5)
+            if keeper is not None:
+                tg.start_soon(keeper.run)
             await handler.run(stop)
             tg.cancel_scope.cancel()
     log.info("handler stopped", extra=fields(id=settings.id))

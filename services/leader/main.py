@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from contextlib import AsyncExitStack
 
 import anyio
@@ -27,14 +28,21 @@ from adapters.spark import read_weights_file
 from core.assignment import strategy_named
 from core.modes import ConsumptionMode, autoscaling_problem
 from core.ports import Scaler
+from core.table import vacuum_retention_problem
 from services.common.backends import Backends, deferred
 from services.common.clusters import ClusterBacklogs, enter_datacenters
 from services.common.http import embedded_server, serve_in_thread
 from services.common.lifecycle import boot, stop_on_signals
 from services.common.logs import REFUSAL, fields
-from services.common.metrics import TableMetrics
-from services.common.settings import LeaderSettings, ShoalSettings, load_settings
-from services.common.upkeep import TableKeeper
+from services.common.metrics import metrics_app
+from services.common.settings import (
+    HandlerSettings,
+    LeaderSettings,
+    ShoalSettings,
+    load_settings,
+)
+from services.common.table_address import check_zone_store
+from services.common.upkeep import TableKeeper, TableMetrics
 from services.leader.backlog import BacklogAlerter, BacklogReader, LandedTrimmer
 from services.leader.leader_loop import LeaderLoop
 from services.leader.scaling import ScalingLoop
@@ -74,6 +82,9 @@ async def serve(container: LeaderContainer) -> None:
     if problem is not None:
         log.error("%s", problem, extra=REFUSAL)
         raise SystemExit(2)
+    keeper = _table_keeper(container, shoal.consumption_mode)
+    if keeper is not None:
+        await check_zone_store(keeper.location)
     stop = anyio.Event()
     async with AsyncExitStack() as stack:
         election = await stack.enter_async_context(container.backends.election())
@@ -90,7 +101,6 @@ async def serve(container: LeaderContainer) -> None:
             # Left first (the stack unwinds in reverse), after the signal watcher: local
             # children drain within the scaler's own bound (SHOAL_LOCAL_STOP_TIMEOUT).
             scaler = await stack.enter_async_context(container.scaler())
-        keeper = _table_keeper(container, shoal.consumption_mode)
         scaling = ScalingLoop(
             settings=scaling_settings,
             partitions=shoal.partitions,
@@ -149,23 +159,31 @@ async def serve(container: LeaderContainer) -> None:
         )
         # The API serves what `live` read in the background: no request waits for a store.
         live = LiveStatus(reader)
-        server = embedded_server(
-            create_status_app(live, container.registry()), settings.host, settings.port
-        )
+        servers = [embedded_server(create_status_app(live), settings.host, settings.port)]
+        if settings.metrics_port:
+            servers.append(
+                embedded_server(
+                    metrics_app(container.registry()), settings.metrics_host, settings.metrics_port
+                )
+            )
         log.info(
             "leader starting",
             extra=fields(
                 id=settings.id,
                 status=f"http://{settings.host}:{settings.port}/status",
+                metrics=f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
+                if settings.metrics_port
+                else "off",
                 scaler=scaling_settings.scaler if scaling.enabled else "none",
             ),
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, 10.0)
             async with anyio.create_task_group() as serving:
-                # Its own event loop in a thread: the broker clients' CPU-heavy callbacks
-                # on this one (metadata, log replay) hold no status request back.
-                serving.start_soon(serve_in_thread, server, stop)
+                # Each on its own event loop in a thread: the broker clients' CPU-heavy
+                # callbacks on this one (metadata, log replay) hold no request back.
+                for server in servers:
+                    serving.start_soon(serve_in_thread, server, stop)
                 serving.start_soon(alerter.run, stop)
                 serving.start_soon(trimmer.run, stop)
                 serving.start_soon(live.run, stop)
@@ -183,9 +201,11 @@ def _table_keeper(container: LeaderContainer, mode: ConsumptionMode) -> TableKee
         log.info("table upkeep off: SHOAL_LEADER_DATA_DIR names no landing zone")
         return None
     if mode is ConsumptionMode.BROADCAST:
-        # The zone holds one table per handler, in folders of its own: not one table.
+        # One table per handler, beside the zone (core.modes.broadcast_zone): each keeps
+        # its own up.
         log.warning(
-            "table upkeep off: in broadcast mode every handler lands a table of its own",
+            "table upkeep off: in broadcast mode every handler lands a table of its own "
+            "and keeps it up",
             extra=fields(data_dir=location),
         )
         return None
@@ -204,9 +224,21 @@ def configure_scaling(container: LeaderContainer) -> None:
 
 
 def configure_upkeep(container: LeaderContainer) -> None:
-    """Read ``SHOAL_LEADER_DATA_DIR`` and ``SHOAL_TABLE_*``; exit 2 on a bad value."""
+    """Read ``SHOAL_LEADER_DATA_DIR`` and ``SHOAL_TABLE_*``; exit 2 on a bad value, or a
+    vacuum retention a handler's write (``SHOAL_HANDLER_*``, the handlers' settings) could
+    outlast."""
     container.upkeep.override(load_settings(TableUpkeepSettings))
-    container.table.override(load_settings(TableSettings))
+    table = load_settings(TableSettings)
+    handlers = load_settings(HandlerSettings)
+    problem = vacuum_retention_problem(
+        table.vacuum_retention_hours,
+        write_timeout=handlers.write_timeout,
+        lease_ttl=handlers.lease_ttl,
+    )
+    if problem is not None:
+        print(f"error: SHOAL_TABLE_VACUUM_RETENTION_HOURS: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    container.table.override(table)
 
 
 def main() -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Collection
-from pathlib import Path
 
 import anyio
 import pyarrow.compute as pc
 import pytest
 
+from core.modes import broadcast_zone
 from tests.e2e._cluster import Cluster, StatusDoc, member_ids
 from tests.e2e._landed import LandingZone, duplicates
 from tests.e2e._load import LoadGenerator, LoadPlan
@@ -163,7 +163,9 @@ async def test_every_handler_of_a_broadcast_group_lands_every_message_once(
             await cluster.wait_for(
                 lambda d: assigned(d, handlers, per_partition=2), 60.0, "both own everything"
             )
-            zones = {name: LandingZone(Path(cluster.data_dir) / name) for name in handlers}
+            zones = {
+                name: LandingZone(broadcast_zone(str(cluster.data_dir), name)) for name in handlers
+            }
             accepted = await send(cluster)
             for zone in zones.values():
                 await wait_landed(zone, accepted, within=60.0)

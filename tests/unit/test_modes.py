@@ -13,6 +13,7 @@ from core.modes import (
     ConsumptionMode,
     autoscaling_problem,
     broadcast_id_problem,
+    broadcast_zone,
     contends_for_holds,
     mode_problem,
     position_of,
@@ -160,3 +161,17 @@ def test_only_broadcast_refuses_autoscaling(mode: ConsumptionMode) -> None:
 def test_only_broadcast_needs_a_log_that_keeps_acked_messages(mode: ConsumptionMode) -> None:
     assert retention_problem(mode, deleted_on_ack=False) is None
     assert (retention_problem(mode, deleted_on_ack=True) is None) is (mode is not BROADCAST)
+
+
+@given(st.sampled_from(["/var/data", "var/up/run", "s3://bucket/zone", "s3://b/a/b/"]))
+def test_a_broadcast_table_lives_beside_the_zone_never_inside_it(zone: str) -> None:
+    table = broadcast_zone(zone, "h1")
+    root = zone.rstrip("/")
+    assert table == f"{root}-broadcast/h1"
+    assert not table.startswith(root + "/"), "not inside the group's zone"
+
+
+@pytest.mark.parametrize("zone", ["s3://bucket", "s3://bucket/", "/"])
+def test_a_zone_with_no_folder_beside_it_takes_no_broadcast_table(zone: str) -> None:
+    with pytest.raises(ValueError, match="broadcast"):
+        broadcast_zone(zone, "h1")
