@@ -6,7 +6,8 @@
 
 For every transport and mode it runs, on the same fresh servers:
 
-- shoal: HTTP gateway -> broker -> 2 handlers -> Parquet (etcd coordination, a leader),
+- shoal: HTTP gateway -> broker -> 2 handlers -> Parquet (etcd coordination, a leader; the
+  CI gate, ``tests/bench/test_gate.py``, runs the default pair: NATS KV coordination),
   ``--messages`` messages of about 200 bytes posted as NDJSON batches of 100 by 16
   concurrent clients over 1,000 projects; timed from the first POST to the modification
   time of the last Parquet file once every accepted message (by ``message_id``) is in a
@@ -18,12 +19,13 @@ For every transport and mode it runs, on the same fresh servers:
   first publish to the last consumer's last ack.
 
 Beside messages per second, each pipeline's **CPU cost**: the CPU seconds every process
-of it used (its servers included: the broker, and etcd for shoal) per 100,000 messages,
-read from ``/proc`` (shoal's processes and the servers) and from the plain clients' own
-``time.process_time`` between the load's start and the last message landed. Unlike a rate
-it holds across machines of other speeds. ``--baseline REV``: shoal's services of another
-commit (a git worktree of REV, removed after) run the same figures on the same servers in
-the same run, so a change's effect is measured at one time on one machine.
+of it used (its servers included: the broker, and the coordination store for shoal) per
+100,000 messages, read from ``/proc`` (shoal's processes and the servers) and from the
+plain clients' own ``time.process_time`` between the load's start and the last message
+landed. Unlike a rate it holds across machines of other speeds. ``--baseline REV``:
+shoal's services of another commit (a git worktree of REV, removed after) run the same
+figures on the same servers in the same run, so a change's effect is measured at one time
+on one machine.
 
 Modes: durable (nats-server ``sync_interval: always``, shoal up's default; Kafka
 ``log.flush.interval.messages=1``) and relaxed (both servers' default sync). Then, on NATS
@@ -296,23 +298,40 @@ def cpu_per_100k(seconds: float, messages: int) -> float:
 
 @dataclass
 class Servers:
-    etcd: str
+    etcd: str | None = None  # shoal's coordination store; None: NATS KV on the nats-server
     nats: str | None = None
     kafka: str | None = None
-    pids: dict[str, int] = field(default_factory=dict)  # server -> pid, etcd's included
+    pids: dict[str, int] = field(default_factory=dict)  # server -> pid, the store's included
+
+    @property
+    def coordination(self) -> str:
+        """``SHOAL_COORDINATION``: etcd when there is one, else NATS KV (the default)."""
+        return "nats" if self.etcd is None else "etcd"
 
     def broker_pid(self, transport: str) -> int:
         return self.pids[transport]
 
+    def shoal_pids(self, transport: str) -> dict[str, int]:
+        """The servers shoal runs on with ``transport``, by name, each once (NATS KV and a
+        NATS transport share one nats-server)."""
+        return {kind: self.pids[kind] for kind in dict.fromkeys((self.coordination, transport))}
+
 
 @contextmanager
-def servers_for(mode: str, transports: list[str], etcd: RunningServer) -> Iterator[Servers]:
+def servers_for(
+    mode: str, transports: list[str], etcd: RunningServer | None = None
+) -> Iterator[Servers]:
+    """Fresh brokers for ``transports`` in ``mode``; shoal coordinates on ``etcd``, or
+    without one on NATS KV (the default pair: ``SHOAL_COORDINATION=nats``) on a nats-server
+    started for it too when no transport needs one (NATS KV + Kafka)."""
     durable = mode == "durable"
     started: list[Any] = []
     try:
-        assert etcd.pid is not None
-        found = Servers(etcd=etcd.endpoint, pids={"etcd": etcd.pid})
-        if "nats" in transports:
+        found = Servers()
+        if etcd is not None:
+            assert etcd.pid is not None
+            found = Servers(etcd=etcd.endpoint, pids={"etcd": etcd.pid})
+        if "nats" in transports or found.coordination == "nats":
             nats = start_nats(sync_always=durable)
             started.append(nats)
             found.nats = nats.url
@@ -333,11 +352,12 @@ def servers_for(mode: str, transports: list[str], etcd: RunningServer) -> Iterat
 
 def backend_env(transport: str, servers: Servers) -> Callable[[str], dict[str, str]]:
     def env(suffix: str) -> dict[str, str]:
-        values = {
-            "SHOAL_COORDINATION": "etcd",
-            "SHOAL_TRANSPORT": transport,
-            "SHOAL_ETCD_ENDPOINTS": servers.etcd,
-        }
+        values = {"SHOAL_COORDINATION": servers.coordination, "SHOAL_TRANSPORT": transport}
+        if servers.etcd is not None:
+            values["SHOAL_ETCD_ENDPOINTS"] = servers.etcd
+        if servers.coordination == "nats":  # the KV bucket is the group's: shoal_{group}
+            assert servers.nats is not None
+            values["SHOAL_NATS_URL"] = servers.nats
         if transport == "nats":
             assert servers.nats is not None
             values |= {
@@ -528,7 +548,7 @@ async def shoal_throughput(
     try:
         gateway = cluster.process("gateway")
         named = {name: proc.pid for name, proc in cluster.processes.items()}
-        named |= {"etcd": servers.pids["etcd"], transport: servers.broker_pid(transport)}
+        named |= servers.shoal_pids(transport)
         before = {name: cpu_of(pid) for name, pid in named.items()}
         sampled = {name: proc.pid for name, proc in cluster.processes.items()}
         sampling: AbstractContextManager[dict[str, Path]] = (

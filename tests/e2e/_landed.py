@@ -25,6 +25,8 @@ from __future__ import annotations
 import io
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,11 @@ from services.common.table_address import is_object_store
 __all__ = [
     "COLUMNS",
     "LandingZone",
+    "RunTally",
     "duplicates",
     "landed_ids",
     "read_landed",
+    "tally_run",
 ]
 
 COLUMNS = (
@@ -200,10 +204,12 @@ def _empty_table() -> Any:
     )
 
 
-def read_landed(data_dir: Path) -> Any:
-    """Every row of the landing table at ``data_dir``, read through its newest version (no
-    landed_at)."""
-    return read_table_rows(data_dir)
+def read_landed(
+    data_dir: Path | str, s3: S3Settings | None = None, *, columns: Sequence[str] | None = None
+) -> Any:
+    """Every row of the landing table at ``data_dir`` (``columns`` of them, all by default),
+    read through its newest version, the committed one (no landed_at). Blocking."""
+    return read_table_rows(data_dir, s3, columns=columns)
 
 
 def landed_ids(table: Any) -> Counter[str]:
@@ -214,3 +220,50 @@ def landed_ids(table: Any) -> Counter[str]:
 def duplicates(ids: Counter[str]) -> dict[str, int]:
     """The message ids landed more than once, with their row counts."""
     return {message_id: n for message_id, n in ids.items() if n > 1}
+
+
+@dataclass(frozen=True)
+class RunTally:
+    """A whole run judged against the table: every message id accepted in it (answered 202,
+    whichever fault it fell in, the warm-up before the first one included) must be in the
+    table exactly once."""
+
+    accepted: int  # distinct message ids answered 202
+    landed: int  # rows in the table
+    missing: int  # accepted ids with no row
+    duplicated: int  # rows whose message_id occurs more than once (an id twice: 2 rows)
+    duplicated_ids: int  # message ids with more than one row
+    examples: tuple[str, ...] = ()  # a few of the missing and duplicated ids, for the failure
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.missing == 0 and self.duplicated == 0
+
+    def line(self) -> str:
+        return (
+            f"accepted={self.accepted} landed={self.landed} missing={self.missing} "
+            f"duplicated={self.duplicated} duplicated_ids={self.duplicated_ids}"
+        )
+
+
+def tally_run(accepted: Iterable[str], table: Any, examples: int = 5) -> RunTally:
+    """Judge a whole run: ``accepted``, every message id answered 202 in it, against
+    ``table`` (a ``pyarrow.Table`` with a ``message_id`` column, as ``read_landed`` reads the
+    committed version), grouped by message_id. Any id with more than one row counts, an
+    accepted one or not (every row of the run's table is the run's)."""
+    landed = pa.table({"message_id": pc.cast(table.column("message_id"), pa.string())})
+    counts = landed.group_by("message_id").aggregate([("message_id", "count")])
+    twice = counts.filter(pc.greater(counts.column("message_id_count"), 1))
+    wanted = pa.array(sorted(set(accepted)), pa.string())
+    missing = wanted.filter(pc.invert(pc.is_in(wanted, value_set=counts.column("message_id"))))
+    shown = (
+        missing.slice(0, examples).to_pylist() + twice.column("message_id")[:examples].to_pylist()
+    )
+    return RunTally(
+        accepted=len(wanted),
+        landed=landed.num_rows,
+        missing=len(missing),
+        duplicated=int(pc.sum(twice.column("message_id_count")).as_py() or 0),
+        duplicated_ids=twice.num_rows,
+        examples=tuple(str(m) for m in shown),
+    )

@@ -401,6 +401,86 @@ async def test_every_message_lands_once_when_handlers_are_killed_again_and_again
     assert set(ids) == accepted
 
 
+# --- a''''. the table's upkeep beside the writers ------------------------------------------
+
+# Compaction every two seconds (today's small files too), a checkpoint with log cleanup
+# after each, and a vacuum every three seconds of what is unnamed for 18 s: the shortest
+# the retention rules allow with these handlers (above a 5 s write and a 10 s lease, above
+# the log's 11 s).
+EAGER_UPKEEP = {
+    "SHOAL_TABLE_UPKEEP_INTERVAL": "2",
+    "SHOAL_TABLE_OPEN_DAY_FILES": "2",
+    "SHOAL_TABLE_VACUUM_INTERVAL": "3",
+    "SHOAL_TABLE_LOG_RETENTION_HOURS": "0.003",
+    "SHOAL_TABLE_VACUUM_RETENTION_HOURS": "0.005",
+    "SHOAL_HANDLER_WRITE_TIMEOUT": "5",
+}
+UPKEEP_LOAD_SECONDS = 45.0  # past the vacuum's retention: it deletes what compaction merged
+UPKEEP_ROUNDS = 3  # compactions under load, at least (a round takes about 7 s here)
+
+
+async def test_upkeep_beside_writers_under_load_loses_nothing_and_names_no_missing_file(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """The leader compacts, checkpoints, cleans the log and vacuums every few seconds while
+    three handlers land small files under steady load (one of them SIGKILLed midway): every
+    accepted message lands once, and every file the table names is in storage."""
+    cluster = make_cluster("u", "nats", "nats", settings=EAGER_UPKEEP)
+    handlers = ("h1", "h2", "h3")
+    with anyio.fail_after(300):
+        async with cluster, anyio.create_task_group() as tg:
+            for name in handlers:
+                cluster.process_env[name] = SMALL_ROLLS
+            await start_cluster(cluster, ("leader-a",), handlers)
+            zone = LandingZone(cluster.data_dir)
+            load = LoadGenerator(
+                cluster.process("gateway").url,
+                LoadPlan(messages=None, projects=500, batch=20, concurrency=4, rate=800.0),
+            )
+            stop = anyio.Event()
+            tg.start_soon(load.run, stop)
+            started = time.monotonic()
+            await load.wait_accepted(5_000)
+            cluster.kill("h2", signal.SIGKILL)
+            assert await cluster.wait_exit("h2", 5.0) == -signal.SIGKILL
+            await cluster.wait_for(
+                lambda d: (
+                    d["table"]["vacuumed_files"] > 0
+                    and d["table"]["compactions"] >= UPKEEP_ROUNDS
+                    and time.monotonic() - started >= UPKEEP_LOAD_SECONDS
+                ),
+                UPKEEP_LOAD_SECONDS + 90.0,
+                "compactions, and the vacuum deleting files they merged away, under load",
+            )
+            stop.set()
+            await load.wait_stopped()
+            accepted = set(load.summary.accepted)
+            missing = await wait_all_landed(zone, accepted, within=120.0)
+            upkeep = (await cluster.status())["table"]
+            tg.cancel_scope.cancel()
+    check = run_cli(cluster, "check")
+    await anyio.to_thread.run_sync(zone.refresh)
+    ids = zone.ids()
+    dupes = duplicates(ids)
+    figures = {
+        "accepted": len(accepted),
+        "lost": len(missing),
+        "duplicates": len(dupes),
+        "compactions": upkeep["compactions"],
+        "files_compacted": upkeep["files_compacted"],
+        "checkpoints": upkeep["checkpoints"],
+        "vacuumed_files": upkeep["vacuumed_files"],
+        "upkeep_failures": upkeep["failures"],
+        "missing_files": len(check["missing"]),
+        "table_version": check["version"],
+    }
+    report("upkeep-beside-writers", figures, tmp_path)
+    assert not missing, f"{len(missing)} accepted messages never landed"
+    assert not dupes, f"{len(dupes)} messages landed twice, e.g. {sorted(dupes)[:5]}"
+    assert check["missing"] == [], "the table names files storage does not hold"
+    assert upkeep["compactions"] >= UPKEEP_ROUNDS and upkeep["vacuumed_files"] > 0
+
+
 # --- a''. the object store stops ---------------------------------------------------------
 
 STORE_OUTAGE = 3 * ACK_WAIT  # longer than an ack wait: deliveries must be kept alive

@@ -53,7 +53,7 @@ from tests.e2e._cluster import (
     settled,
     start_cluster,
 )
-from tests.e2e._landed import LandingZone, duplicates
+from tests.e2e._landed import LandingZone, RunTally, duplicates, read_landed, tally_run
 from tests.e2e._load import LoadGenerator, LoadPlan, LoadSummary, project_id
 from tests.faults._proxy import HOST as PROXY_HOST
 from tests.faults._proxy import TcpProxy
@@ -185,6 +185,7 @@ class FaultRun:
         self._stop_load = anyio.Event()
         self._zone_lock = anyio.Lock()  # a LandingZone is read by one refresh at a time
         self.unanswered: list[str] = []  # landed message ids no 202 named (``finish``)
+        self.tally: RunTally | None = None  # the whole run against the table (``finish``)
         self._tg: Any = None
         self._extra: list[tuple[Row, list[str]]] = []  # ids accepted by a row's own load
 
@@ -206,7 +207,9 @@ class FaultRun:
 
     async def finish(self, within: float = 120.0) -> set[str]:
         """Stop the load, wait until every accepted message landed (at most ``within`` s),
-        judge every row; the ids still missing."""
+        judge every row, and the whole run (``tally``: every id accepted in it, the warm-up
+        before the first fault included, read from the table's committed version); the ids
+        still missing."""
         load = self._load()
         self._stop_load.set()
         await load.wait_stopped()
@@ -235,7 +238,16 @@ class FaultRun:
             row.lost += sum(1 for m in ids if m in missing)
             row.duplicated += sum(1 for m in ids if m in dupes)
             row.notes["own_devices_accepted"] = len(ids)
+        self.tally = await self.tally_run([*accepted, *extra])
         return missing
+
+    async def tally_run(self, accepted: list[str]) -> RunTally:
+        """``accepted`` against the table as its newest version commits it, read afresh
+        (not the incremental ``zone`` the rows are judged on)."""
+        table = await anyio.to_thread.run_sync(
+            partial(read_landed, self.cluster.zone, self.cluster.s3, columns=["message_id"])
+        )
+        return tally_run(accepted, table)
 
     async def _route_through_proxies(self, tg: Any) -> None:
         """The last handler and every leader reach the coordination store through a

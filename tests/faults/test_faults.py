@@ -4,7 +4,9 @@ handler paused briefly, the leader killed, the leader paused past its lease and 
 poison message, a minute of handler churn, on etcd and Redis a handler and the leader cut
 off from the store by a blackholing proxy, on Redis a handler whose releases the store
 refuses for a while, then the store and the broker killed and restarted). Each fault is a
-row: lost, duplicated and seconds to recover, printed as ``FAULT`` lines. Lost = 0 is
+row: lost, duplicated and seconds to recover, printed as ``FAULT`` lines; then the whole
+run (``RUN``): every message id accepted in it, whatever row it fell in and the warm-up
+before the first fault included, is in the table's committed version exactly once. Lost = 0 is
 asserted for every row, and so are the bounds, each derived from the settings it depends
 on plus a stated margin (``tests/faults/_faults.py``): failover, takeover of a lost
 holder's partitions, consuming again after a pause, no zombie write and no half-written
@@ -29,7 +31,6 @@ from tests.faults._faults import (
     MIN_ROW_ACCEPTED,
     PUBLISH_DEADLINE,
     FaultRun,
-    Row,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -37,10 +38,22 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 SECONDS_PER_ROW = 180.0  # a generous ceiling: each row bounds its own waits far below it
 
 
-def print_rows(rows: list[Row]) -> None:
+def print_run(run: FaultRun, label: str) -> None:
+    """The run's table: a line per row, then the whole run against the table."""
     print()
-    for row in rows:
+    for row in run.rows:
         print(row.line())
+    if run.tally is not None:
+        print(f"RUN   {label:<12} {run.tally.line()}")
+
+
+def assert_exactly_once(run: FaultRun) -> None:
+    """Every message id accepted in the run landed exactly once, none landed twice."""
+    tally = run.tally
+    assert tally is not None, "the run was not finished"
+    assert tally.exactly_once, (
+        f"the whole run against the table: {tally.line()}; for example {list(tally.examples)}"
+    )
 
 
 async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
@@ -67,7 +80,7 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
                 missing = await run.finish()
                 tg.cancel_scope.cancel()
             network.cancel_scope.cancel()  # the proxies outlive the processes using them
-    print_rows(run.rows)
+    print_run(run, pair)
     summary = run.load_summary()
     print(f"FAULT {pair} load: {summary.line()} landed without a 202: {len(run.unanswered)}")
     problems = [f"{row.fault}: {p}" for row in run.rows for p in row.problems]
@@ -78,6 +91,7 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
         if row.last - row.first < MIN_ROW_ACCEPTED
     ]
     assert summary.failed_batches == 0, f"the simulator gave up batches: {summary.last_error}"
+    assert_exactly_once(run)
     assert not missing, f"{len(missing)} accepted messages never landed"
     assert not run.unanswered, f"{len(run.unanswered)} messages landed without a 202"
     assert all(row.lost == 0 for row in run.rows)

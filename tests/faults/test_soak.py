@@ -2,7 +2,8 @@
 3,000,000) through one backend pair (``SHOAL_SOAK_BACKENDS``, default etcd+nats) as fast
 as the gateway takes them, with a fault every few seconds (handlers killed and paused,
 the leader killed), cycling until the load is sent. Nothing may be lost: zero lost in three
-million bounds the loss rate under one per million at 95 % confidence (the rule of three).
+million bounds the loss rate under one per million at 95 % confidence (the rule of three);
+every message id accepted in the run is in the table's committed version exactly once.
 The Spark audit of the landing zone (drained, with the gateways' ledger) must agree.
 """
 
@@ -20,7 +21,7 @@ from tests.e2e._analytics import run_audit
 from tests.e2e._cluster import Cluster
 from tests.e2e._load import LoadPlan
 from tests.faults._faults import FaultRun
-from tests.faults.test_faults import print_rows
+from tests.faults.test_faults import assert_exactly_once, print_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -63,7 +64,7 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
                 summary = load.summary
                 tg.cancel_scope.cancel()
             network.cancel_scope.cancel()  # the proxies outlive the processes using them
-    print_rows(run.rows)
+    print_run(run, BACKENDS)
     accepted = len(summary.accepted)
     print(
         f"SOAK {BACKENDS}: accepted={accepted} (at least {MESSAGES}) faults={len(run.rows)} "
@@ -79,6 +80,7 @@ async def test_soak_loses_nothing_under_a_fault_every_few_seconds(
     )
     problems = [f"{row.fault}: {p}" for row in run.rows for p in row.problems]
     assert accepted >= MESSAGES and not summary.failed_batches, summary.line()
+    assert_exactly_once(run)
     assert not missing, f"{len(missing)} accepted messages never landed"
     assert not run.unanswered, f"{len(run.unanswered)} messages landed without a 202"
     assert audit["lost"] == 0 and audit["dead_lettered"] == 0

@@ -5,6 +5,9 @@ fresh, the broker's acks, the files in the zone's folder.
 
 - A commit whose answer is lost (MinIO behind a proxy that lets the commit's PUT through
   and closes the connection instead of answering): the batch lands once, is acked once.
+- A commit stored and then answered with an error that is not a conflict (a failed
+  post-commit step, a store's 5xx after the write): the lander reads the table back, finds
+  its commit, acks the batch once and deletes none of the files the version names.
 - Two handlers racing on one partition: a zombie paused past its lease with its files
   written while the partition's next owner lands the same messages. Exactly one commit
   wins; the zombie deletes its own uncommitted files and nothing a version names.
@@ -157,6 +160,40 @@ async def test_a_commit_whose_answer_is_lost_lands_once_and_is_acked_once(
 @pytest.fixture(params=ZONE_KINDS)
 def zone(request: pytest.FixtureRequest, tmp_path: Path) -> ZoneUnderTest:
     return zone_of_kind(request.param, tmp_path, request)
+
+
+class StoredThenFailingTable(RecordingTable):
+    """The zone's table whose first commit is stored, then raises an error that is not a
+    conflict, as delta-rs does when its post-commit checkpoint fails."""
+
+    async def commit(self, files: Sequence[LandedFile], tokens: Mapping[LogKey, int]) -> None:
+        await super().commit(files, tokens)
+        if self.commits == 1:
+            raise OSError("Delta table: the store answered 500 after the commit was written")
+
+
+async def test_a_commit_stored_then_answered_with_an_error_lands_once_and_keeps_its_files(
+    zone: ZoneUnderTest, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="shoal.handler")
+    async with InMemoryTransport(ack_wait=ACK_WAIT) as transport, zone.open() as landing:
+        table = StoredThenFailingTable(landing.table)
+        sink = RecordingSink(landing.sink)
+        ids = await publish(transport, 120)
+        subscription = WatchedSubscription(await transport.open(PARTITION, "h1"))
+        async with running("h1", sink, table, HeldLease("h1")) as handler:
+            await handler.land(subscription, len(ids))
+        backlog = await transport.backlog(PARTITION)
+
+    assert_once(zone, ids)
+    assert table.commits == 1, "the stored commit was found, not made again"
+    assert zone.table().version() == 1
+    assert subscription.acks == [len(ids)], "acked once, after the table was read back"
+    assert backlog == 0
+    (written,) = sink.written
+    assert {f.path for f in written} <= zone.stored(), "the committed files are kept"
+    assert zone.named() <= zone.stored(), "no file a version names was deleted"
+    assert "an unconfirmed commit landed after all" in caplog.text
 
 
 @pytest.mark.parametrize("paused_in", ["write", "commit"])
