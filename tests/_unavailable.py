@@ -73,6 +73,6 @@ def local_process(server: ServerInfo, purpose: str) -> RunningServer:
     """The local process behind ``server``, for a test that must ``purpose`` it (kill it,
     restart it, read its monitoring port); ``unavailable`` in another server mode."""
     __tracebackhide__ = True
-    if server.process is None:
+    if not isinstance(server.process, RunningServer):  # none, or a container
         unavailable(needs_local(server.kind, server.mode, purpose))
     return server.process

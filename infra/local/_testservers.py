@@ -2,6 +2,7 @@
 
 SHOAL_TEST_SERVERS=local|docker|external chooses; by default `docker` when a Docker daemon
 answers within 3 s, else `local` (infra.local.servers, binaries from infra/local/install.sh).
+`docker` runs each kind in a container of the image compose runs (infra.local._containers).
 `external` reads SHOAL_TEST_NATS_URL, SHOAL_TEST_ETCD_ENDPOINT and SHOAL_TEST_REDIS_URL
 (and SHOAL_TEST_KAFKA_BOOTSTRAP: host:port[,host:port]).
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from infra.local._containers import MINIO_CREDENTIALS, RunningContainer, container
 from infra.local.kafka import SASL_PASSWORD, SASL_USER, RunningKafka
 from infra.local.servers import (
     RunningMinio,
@@ -48,7 +50,8 @@ class ServerInfo:
     url: str  # nats://h:p (comma-separated for several) | http://h:p for etcd | redis://h:p
     # | h:p[,h:p] for kafka (its bootstrap servers: Kafka has no URL scheme)
     endpoint: str  # h:p (comma-separated for several); what etcd3aio.Etcd3Client takes
-    process: RunningServer | None = None  # local mode: kill() / restart() for fault tests
+    # local and docker modes: kill() / restart() for fault tests
+    process: RunningServer | RunningContainer | None = None
     credentials: tuple[str, str] | None = None  # minio: (access key id, secret access key)
     # kafka, local mode: a SASL_PLAINTEXT listener "h:p" (PLAIN and SCRAM-SHA-256) and its
     # (user, password)
@@ -183,82 +186,19 @@ def _external(kind: str, env: Mapping[str, str]) -> ServerInfo:
     return ServerInfo(kind, "external", value, ",".join(endpoints))
 
 
-# Docker path: UNTESTED on the machine this was written on (no Docker daemon there).
-# testcontainers is imported lazily and is not a declared dependency: install it where
-# Docker exists. Images are pinned.
-_DOCKER = {
-    "nats": ("nats:2.15.1", 4222, "-js -sd /data", "Server is ready"),
-    "etcd": (
-        "quay.io/coreos/etcd:v3.5.17",
-        2379,
-        "etcd --name shoal --data-dir /etcd-data"
-        " --listen-client-urls http://0.0.0.0:2379 --advertise-client-urls http://0.0.0.0:2379"
-        " --listen-peer-urls http://127.0.0.1:2380"
-        " --initial-advertise-peer-urls http://127.0.0.1:2380"
-        " --initial-cluster shoal=http://127.0.0.1:2380",
-        "ready to serve client requests",
-    ),
-    "redis": (
-        "redis:7.4.2",
-        6379,
-        "redis-server --save '' --appendonly no --notify-keyspace-events KEA",
-        "Ready to accept connections",
-    ),
-}
-
-
 @contextmanager
-def _docker(kind: str) -> Iterator[ServerInfo]:  # pragma: no cover - needs a Docker daemon
-    if kind == "kafka":
-        with _docker_kafka() as info:
-            yield info
-        return
-    if kind == "minio":
-        raise ServerUnavailable("SHOAL_TEST_SERVERS=docker: no MinIO container yet; use local")
+def _docker(kind: str) -> Iterator[ServerInfo]:
+    """A server in a container (``infra.local._containers``): restartable like a local one."""
     try:
-        from testcontainers.core.container import (  # type: ignore[import-not-found]  # noqa: PLC0415
-            DockerContainer,
-        )
-        from testcontainers.core.waiting_utils import (  # type: ignore[import-not-found]  # noqa: PLC0415
-            wait_for_logs,
-        )
+        import testcontainers  # noqa: F401, PLC0415 (docker mode only)
     except ImportError as exc:
         raise ServerUnavailable(
-            "SHOAL_TEST_SERVERS=docker needs testcontainers (pip install testcontainers)"
+            "SHOAL_TEST_SERVERS=docker needs testcontainers (the dev extra)"
         ) from exc
-    image, port, command, ready_line = _DOCKER[kind]
-    container = DockerContainer(image).with_exposed_ports(port).with_command(command)
-    container.start()
-    try:
-        wait_for_logs(container, ready_line, timeout=60)
-        host = str(container.get_container_host_ip())
-        endpoint = f"{host}:{int(container.get_exposed_port(port))}"
-        scheme = {"nats": "nats", "etcd": "http", "redis": "redis"}[kind]
-        yield ServerInfo(kind, "docker", f"{scheme}://{endpoint}", endpoint)
-    finally:
-        container.stop()
-
-
-# Kafka in Docker: testcontainers' Kafka module in KRaft mode (UNTESTED here: no Docker
-# daemon on the machine this was written on). It needs the `packaging` distribution too.
-_KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.1"
-
-
-@contextmanager
-def _docker_kafka() -> Iterator[ServerInfo]:  # pragma: no cover - needs a Docker daemon
-    try:
-        from testcontainers.kafka import (  # type: ignore[import-not-found]  # noqa: PLC0415
-            KafkaContainer,
-        )
-    except ImportError as exc:
+    if not docker_answers():
         raise ServerUnavailable(
-            "SHOAL_TEST_SERVERS=docker needs testcontainers and packaging "
-            "(pip install testcontainers packaging)"
-        ) from exc
-    container = KafkaContainer(_KAFKA_IMAGE).with_kraft()
-    container.start()
-    try:
-        bootstrap = str(container.get_bootstrap_server())
-        yield ServerInfo("kafka", "docker", bootstrap, bootstrap)
-    finally:
-        container.stop()
+            "SHOAL_TEST_SERVERS=docker but no Docker daemon answers (infra/images/build starts one)"
+        )
+    with container(kind) as running:
+        credentials = MINIO_CREDENTIALS if kind == "minio" else None
+        yield ServerInfo(kind, "docker", running.url, running.endpoint, running, credentials)

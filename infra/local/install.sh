@@ -12,11 +12,13 @@
 #   strace                               Debian package strace (the fsync-before-ack test)
 #   kustomize 5.5.0                      built from its Go module into $SHOAL_CACHE/bin (the
 #                                        k8s manifests rendered as kubectl apply -k does)
+#   docker                               Debian docker.io (dockerd) and debootstrap; compose
+#                                        v5.6.0 built from its Go module (the compose tier)
 # Packages that start a system service on install are stopped again, so nothing
 # is left listening on 2379/6379: tests start their own servers on free ports.
 # Prints one line per server; exits non-zero with a reason when one is missing.
 #
-# Usage: install.sh [etcd|redis|nats|kafka|minio|spark|browser|fuse|kustomize ...]   (default:
+# Usage: install.sh [etcd|redis|nats|kafka|minio|spark|browser|fuse|kustomize|docker ...]   (default:
 #   all of them; kustomize = built from its Go module for the manifest tests; kafka = Java 17, Maven and Kafka's jars; spark = Delta Lake's jars for Spark;
 #   browser = Debian chromium and nginx; fuse = Debian fuse3 for tests/_lossyfs.py, and strace)
 # Env: SHOAL_NATS_SERVER=/path/to/nats-server  (optional, checked first)
@@ -197,6 +199,38 @@ install_kustomize() {
     go_install_pinned kustomize "$KUSTOMIZE_MODULE"
 }
 
+# --- docker (the compose tier and the testcontainers mode: infra/images, docs/deployment.md) ---
+COMPOSE_MODULE="github.com/docker/compose/v5@v5.6.0"
+install_docker() {
+    # dockerd from Debian's docker.io (the machine may have a docker CLI of its own, which
+    # stays first on PATH), debootstrap for the images' base file systems, and the compose
+    # plugin built from its Go module: `go install` refuses it (its go.mod has exclude
+    # directives), so it is built inside the downloaded module, into $SHOAL_CACHE/bin.
+    command -v dockerd >/dev/null 2>&1 || apt_install docker.io
+    command -v docker >/dev/null 2>&1 || die "docker.io installed but no docker CLI on PATH"
+    command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
+    local cache="${SHOAL_CACHE:-$HOME/.cache/shoal}" bin plugins
+    bin="$cache/bin/docker-compose"
+    plugins="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+    if ! [ -x "$bin" ] || [ "$(cat "$bin.module" 2>/dev/null)" != "$COMPOSE_MODULE" ]; then
+        command -v go >/dev/null 2>&1 || die "go not found: needed to build docker compose ($COMPOSE_MODULE)"
+        local dir work
+        dir="$(GOMODCACHE="$cache/go/mod" go mod download -json "$COMPOSE_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+        [ -n "$dir" ] || die "go mod download $COMPOSE_MODULE failed"
+        work="$(mktemp -d)"
+        cp -r "$dir/." "$work" && chmod -R u+w "$work"
+        mkdir -p "$cache/bin"
+        (cd "$work" && GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOTOOLCHAIN=local \
+            CGO_ENABLED=0 go build -o "$bin" ./cmd) >/tmp/shoal-compose-build.log 2>&1 \
+            || { rm -rf "$work"; tail -n 15 /tmp/shoal-compose-build.log >&2; die "building docker compose failed; log in /tmp/shoal-compose-build.log"; }
+        rm -rf "$work"
+        echo "$COMPOSE_MODULE" > "$bin.module"
+    fi
+    mkdir -p "$plugins"
+    ln -sf "$bin" "$plugins/docker-compose"
+    echo "docker: dockerd $(dockerd --version | sed 's/^Docker version //'), compose $(docker compose version --short 2>/dev/null || echo '?') ($bin)"
+}
+
 # --- Delta Lake's jars for Spark (shoal analytics reads the landing zone's Delta table) ----
 install_spark() {
     # From Maven Central into ${SHOAL_CACHE:-~/.cache/shoal}/delta/<version>/, checked against
@@ -258,10 +292,10 @@ install_fuse() {
 
 
 components=("$@")
-[ $# -gt 0 ] || components=(etcd redis nats kafka minio spark browser fuse kustomize)
+[ $# -gt 0 ] || components=(etcd redis nats kafka minio spark browser fuse kustomize docker)
 for component in "${components[@]}"; do
     case "$component" in
-        etcd|redis|nats|kafka|minio|spark|browser|fuse|kustomize) "install_$component" ;;
-        *) die "unknown component '$component'; valid: etcd redis nats kafka minio spark browser fuse kustomize" ;;
+        etcd|redis|nats|kafka|minio|spark|browser|fuse|kustomize|docker) "install_$component" ;;
+        *) die "unknown component '$component'; valid: etcd redis nats kafka minio spark browser fuse kustomize docker" ;;
     esac
 done

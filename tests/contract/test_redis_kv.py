@@ -1,9 +1,9 @@
 """The ``CoordinationStore`` contract suite against Redis.
 
-In local mode on a private redis-server with AOF and ``appendfsync always`` (started once
-for the module), so that the restart test restarts a Redis that keeps its data; with
-SHOAL_TEST_SERVERS=docker|external the session's ``redis_server`` is used and the restart
-test cannot run (skipped, or failed under CI).
+In local and docker modes on a private redis-server with AOF and ``appendfsync always``
+(started once for the module: a process, or a container), so that the restart test
+restarts a Redis that keeps its data; with SHOAL_TEST_SERVERS=external the session's
+``redis_server`` is used and the restart test cannot run (skipped, or failed under CI).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from adapters.redis import RedisCoordinationStore, RedisSettings
 from core.keyspace import KeyValue, Resync
+from infra.local._containers import container
 from infra.local._process import ServerStartError
 from infra.local._testservers import ServerInfo
 from infra.local.servers import start_redis
@@ -37,6 +38,10 @@ _PERSISTENT = ("--appendonly", "yes", "--appendfsync", "always")
 
 @pytest.fixture(scope="module")
 def redis_store(server_mode: str, request: pytest.FixtureRequest) -> Iterator[ServerInfo]:
+    if server_mode == "docker":
+        with container("redis", _PERSISTENT) as running:
+            yield ServerInfo("redis", "docker", running.url, running.endpoint, running)
+        return
     if server_mode != "local":
         yield request.getfixturevalue("redis_server")
         return

@@ -22,7 +22,7 @@ from core.server_floors import (
     parse_version,
     refusal,
 )
-from infra.local._testservers import _DOCKER
+from infra.local._containers import UPSTREAM
 
 ROOT = Path(__file__).resolve().parents[2]
 NATS = (NATS_KILL_SAFE, NATS_MESSAGE_TTL, NATS_ATOMIC_BATCH)
@@ -75,7 +75,8 @@ def _meets(image: str, needs: tuple[Feature, ...]) -> bool:
 
 def test_every_pinned_compose_image_meets_the_floor() -> None:
     compose = (ROOT / "infra/docker-compose.yml").read_text(encoding="utf-8")
-    images = re.findall(r"^\s*image:\s*(\S+)", compose, re.MULTILINE)
+    # each image is a variable whose default is the upstream image
+    images = re.findall(r"^\s*image:\s*\$\{[A-Z0-9_]+:-([^}]+)\}", compose, re.MULTILINE)
     checked = 0
     for image in images:
         kind = image.rpartition("/")[2].partition(":")[0]
@@ -87,7 +88,7 @@ def test_every_pinned_compose_image_meets_the_floor() -> None:
 
 def test_every_docker_test_server_meets_the_floor() -> None:
     for kind, needs in FLOORS.items():
-        image = _DOCKER[kind][0]
+        image = UPSTREAM[kind][1]
         assert _meets(image, needs), image
 
 
