@@ -312,7 +312,10 @@ async def test_a_checkpoint_forgets_files_removed_before_the_vacuum_retention(
     long as the vacuum's retention, not Delta's default of a week."""
     location = tmp_path / "zone"
     settings = TableSettings(
-        small_file_bytes=SMALL, target_file_bytes=TARGET, vacuum_retention_hours=1 / 3600
+        small_file_bytes=SMALL,
+        target_file_bytes=TARGET,
+        log_retention_hours=1 / 7200,
+        vacuum_retention_hours=1 / 3600,
     )
     async with open_landing_zone(location, table=settings) as opened:
         zone = Zone(opened, location, set, set, lambda: (0, 0), count(1), count())
@@ -347,15 +350,17 @@ async def test_vacuum_deletes_only_files_no_version_names(zone: Zone) -> None:
     ids = zone.read()
     assert zone.data_files() == {*committed, orphan}
 
-    assert await zone.zone.upkeep.vacuum(1) == []  # the orphan is younger than an hour
-    assert await zone.zone.upkeep.vacuum(0, dry_run=True) == [orphan]
+    assert (
+        await zone.zone.upkeep.vacuum(1, enforce=False) == []
+    )  # the orphan is younger than an hour
+    assert await zone.zone.upkeep.vacuum(0, dry_run=True, enforce=False) == [orphan]
     assert zone.data_files() == {*committed, orphan}  # a dry run deletes nothing
 
-    assert await zone.zone.upkeep.vacuum(0) == [orphan]
+    assert await zone.zone.upkeep.vacuum(0, enforce=False) == [orphan]
 
     assert zone.data_files() == set(committed)
     assert zone.read() == ids
-    assert await zone.zone.upkeep.vacuum(0) == []
+    assert await zone.zone.upkeep.vacuum(0, enforce=False) == []
 
 
 async def test_vacuum_deletes_files_compacted_away(zone: Zone) -> None:
@@ -363,7 +368,7 @@ async def test_vacuum_deletes_files_compacted_away(zone: Zone) -> None:
     await zone.zone.upkeep.compact([DAY1], TARGET)
     ids = zone.read()
 
-    assert set(await zone.zone.upkeep.vacuum(0)) == compacted_away
+    assert set(await zone.zone.upkeep.vacuum(0, enforce=False)) == compacted_away
 
     (merged,) = zone.data_files()
     assert merged not in compacted_away
@@ -381,8 +386,20 @@ async def test_vacuum_keeps_an_unnamed_file_younger_than_the_retention(tmp_path:
         os.utime(location / old, (two_hours_ago, two_hours_ago))
         os.utime(location / committed[0].path, (two_hours_ago, two_hours_ago))
 
-        assert await opened.upkeep.vacuum(1) == [old]
+        assert await opened.upkeep.vacuum(1, enforce=False) == [old]
 
         assert not (location / old).exists()
         assert (location / young).exists()
         assert (location / committed[0].path).exists()
+
+
+async def test_vacuum_refuses_a_retention_a_paused_writer_could_outlast(zone: Zone) -> None:
+    """At or below the table's log retention (30 h by default) a writer paused that long
+    could commit files the vacuum deleted: refused, nothing deleted."""
+    await zone.land(2, DAY1)
+    orphan = await zone.orphan(DAY1)
+
+    with pytest.raises(ValueError, match=r"not above the table's log retention \(30 h"):
+        await zone.zone.upkeep.vacuum(1)
+
+    assert orphan in zone.data_files()
