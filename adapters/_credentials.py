@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
 __all__ = ["ConnectionSecurity", "read_secret_file", "redact_url", "ssl_context"]
@@ -81,11 +81,24 @@ class ConnectionSecurity(BaseSettings):
     # Names of SecretStr fields that have a "<name>_file" twin (set by each subclass).
     _SECRETS: ClassVar[tuple[str, ...]] = ()
 
-    tls: bool = False
-    tls_ca_file: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_server_name: str | None = None
+    tls: bool = Field(
+        default=False,
+        description="`true`: TLS with the system's CAs (any TLS file below switches TLS on too)",
+    )
+    tls_ca_file: Path | None = Field(
+        default=None,
+        description="PEM of the CAs that signed the servers' certificates; unset: the system's",
+    )
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="a client certificate for mutual TLS, with its key: both or neither",
+    )
+    tls_key_file: Path | None = Field(default=None, description="the client certificate's key")
+    tls_server_name: str | None = Field(
+        default=None,
+        description="the name the server's certificate is checked against when it is not "
+        "the host connected to (etcd and NATS)",
+    )
 
     def env_name(self, field: str) -> str:
         """The environment variable of ``field`` (``SHOAL_ETCD_PASSWORD_FILE``)."""

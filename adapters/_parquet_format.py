@@ -94,9 +94,15 @@ LANDED_SCHEMA = pa.schema(
 class ParquetSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SHOAL_PARQUET_", extra="ignore")
 
-    data_dir: Path = Path("var/data")
-    compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
-    row_group_rows: int = Field(default=128 * 1024, ge=1)
+    data_dir: Path = Field(
+        default=Path("var/data"),
+        description="where the sink writes; the handler passes `SHOAL_HANDLER_DATA_DIR`, "
+        "which wins",
+    )
+    compression: Literal["zstd", "snappy", "gzip", "none"] = Field(
+        default="zstd", description="the Parquet compression codec"
+    )
+    row_group_rows: int = Field(default=128 * 1024, ge=1, description="rows per Parquet row group")
     memory_pool: Literal["jemalloc", "mimalloc", "system"] = Field(
         default="jemalloc",
         description="the allocator pyarrow encodes with, for the whole process; pyarrow's "

@@ -10,7 +10,12 @@ __all__ = ["StoreTiming"]
 
 
 class StoreTiming(BaseSettings):
-    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    group: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="the group, for the adapter used alone: the services pass `SHOAL_GROUP`, "
+        "which wins",
+    )
     call_timeout: float = Field(
         default=5.0, gt=0, description="bound on every network call (seconds)"
     )

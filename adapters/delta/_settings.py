@@ -21,11 +21,16 @@ class TableSettings(BaseSettings):
         "checkpoint covers them: a Delta streaming reader (Spark readStream) stopped longer "
         "cannot resume, and time travel reaches back this far. Must be below "
         "vacuum_retention_hours. On a local disk every commit lists the whole log (about "
-        "10 us an entry): see docs/architecture.md, Upkeep",
+        "10 us an entry, so a busy local table wants a shorter one): see "
+        "docs/architecture.md, Upkeep. Set on a new table",
     )
-    checkpoint_interval: int = Field(default=100, ge=1, description="commits per checkpoint")
+    checkpoint_interval: int = Field(
+        default=100, ge=1, description="commits per checkpoint (set on a new table)"
+    )
     upkeep_interval: float = Field(
-        default=60.0, gt=0, description="seconds between two rounds of compaction"
+        default=60.0,
+        gt=0,
+        description="seconds between two rounds: compaction, checkpoint and log cleanup",
     )
     target_file_bytes: int = Field(
         default=128 * 1024 * 1024, ge=1024, description="compaction writes files of about this"
@@ -36,7 +41,9 @@ class TableSettings(BaseSettings):
         description="files below this are compacted (a day's first small files wait for more)",
     )
     open_day_files: int = Field(
-        default=50, ge=2, description="small files that make today's partition due for compaction"
+        default=50,
+        ge=2,
+        description="small files that make today's partition due for compaction (closed days: 2)",
     )
     vacuum_interval: float = Field(
         default=3600.0, gt=0, description="seconds between two vacuums of unnamed files"
@@ -47,7 +54,9 @@ class TableSettings(BaseSettings):
         description="a file no version names is deleted once this old (longer than any "
         "write in flight, and than any reader stays on an old version); above "
         "log_retention_hours, so a writer paused past it finds its snapshot's log gone and "
-        "fails instead of committing files a vacuum deleted",
+        "fails instead of committing files a vacuum deleted; also above a handler's write "
+        "timeout plus its lease (refused otherwise). On a new table also "
+        "`delta.deletedFileRetentionDuration`",
     )
 
     @model_validator(mode="after")

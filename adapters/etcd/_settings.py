@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Self
 
-from pydantic import SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from adapters._credentials import ConnectionSecurity
@@ -30,9 +30,17 @@ class EtcdSettings(StoreTiming, ConnectionSecurity):
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_ETCD_", extra="ignore", frozen=True)
 
-    endpoints: Annotated[tuple[str, ...], NoDecode] = ("127.0.0.1:2379",)
-    user: str | None = None
-    password: SecretStr | None = None
+    endpoints: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("127.0.0.1:2379",),
+        description="comma-separated `host:port` (at least one); every key lives under "
+        "`/shoal/{group}`",
+    )
+    user: str | None = Field(
+        default=None,
+        description="an etcd user: the client logs in on first use and again whenever etcd "
+        "says its token is no longer valid (token TTL, etcd restart); needs its password",
+    )
+    password: SecretStr | None = Field(default=None, description="the user's password")
     password_file: Path | None = None
 
     @field_validator("endpoints", mode="before")

@@ -57,21 +57,49 @@ class KafkaSettings(ConnectionSecurity):
         env_prefix="SHOAL_KAFKA_", extra="ignore", populate_by_name=True
     )
 
-    bootstrap_servers: Annotated[tuple[str, ...], NoDecode] = ("127.0.0.1:9092",)
-    client_id: str = Field(default="shoal", min_length=1)
-    group: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    # A broadcast handler's own position (its id), given by the handler to its transport
-    # (``KafkaTransport(position=...)``) rather than read from the environment.
-    position: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    topic: str = Field(default="shoal.data", pattern=_TOPIC)
+    bootstrap_servers: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("127.0.0.1:9092",),
+        description="comma-separated `host:port` (at least one)",
+    )
+    client_id: str = Field(
+        default="shoal", min_length=1, description="the client id of every Kafka client"
+    )
+    group: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="the group, for the adapter used alone: the services pass "
+        "`SHOAL_GROUP`, which wins",
+    )
+    position: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="a broadcast handler's own position (its id), given by the handler to "
+        "its transport (`KafkaTransport(position=...)`) rather than read from the "
+        "environment: leave it unset",
+    )
+    topic: str = Field(
+        default="shoal.data",
+        pattern=_TOPIC,
+        description="the data topic, one partition per shoal partition",
+    )
     partitions: int = Field(
         default=DEFAULT_PARTITIONS,
         ge=1,
         le=100_000,
         validation_alias=AliasChoices("partitions", "SHOAL_KAFKA_PARTITIONS", "SHOAL_PARTITIONS"),
+        description="the data topic's partitions, checked against an existing topic; the "
+        "services always pass `SHOAL_PARTITIONS`",
     )
-    replication_factor: int = Field(default=1, ge=1)
-    min_insync_replicas: int = Field(default=1, ge=1)
+    replication_factor: int = Field(
+        default=1,
+        ge=1,
+        description="for the topics shoal creates (production: 3)",
+    )
+    min_insync_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="for the topics shoal creates (production: 2)",
+    )
     retention_age: float | None = Field(
         default=None,
         gt=0,
@@ -82,20 +110,28 @@ class KafkaSettings(ConnectionSecurity):
         default=None,
         gt=0,
         description="the data topic's retention.bytes, per partition (unset: the broker's "
-        "default, no cap); set when the topic is created",
+        "default, no cap); set when the topic is created. A size cap also drops records not "
+        "yet consumed",
     )
     topic_config: dict[str, str] = Field(
-        default_factory=dict, description="extra topic configs applied when creating topics"
+        default_factory=dict,
+        description="JSON of extra topic configs applied when creating topics (wins over "
+        "the two retention settings)",
     )
-    dead_letter_topic: str = Field(default="shoal.dlq", pattern=_TOPIC)
-    registration_topic: str = Field(default="shoal.reg", pattern=_TOPIC)
+    dead_letter_topic: str = Field(
+        default="shoal.dlq", pattern=_TOPIC, description="the dead letters' topic"
+    )
+    registration_topic: str = Field(
+        default="shoal.reg", pattern=_TOPIC, description="the project registrations' topic"
+    )
     create_topics: bool = Field(default=True, description="create missing topics on enter")
 
     # per-message delivery semantics, emulated by the subscription (see _subscription)
     ack_wait: float = Field(
         default=30.0,
         gt=0,
-        description="seconds a delivery may stay unsettled (handlers keep buffered ones alive)",
+        description="seconds a delivery may stay unsettled before it is redelivered "
+        "(emulated; handlers keep buffered ones alive)",
     )
     max_ack_pending: int = Field(
         default=20_000,
@@ -104,7 +140,9 @@ class KafkaSettings(ConnectionSecurity):
         "partition count: keep it at least the handler's roll_rows)",
     )
     duplicate_window: float = Field(
-        default=120.0, ge=0, description="message-id de-duplication window (seconds)"
+        default=120.0,
+        ge=0,
+        description="message-id de-duplication on consume: its window (seconds)",
     )
     duplicate_cache: int = Field(
         default=100_000, ge=0, description="message ids remembered for de-duplication"
@@ -122,25 +160,35 @@ class KafkaSettings(ConnectionSecurity):
         default=10.0, gt=0, description="every broker request (metadata, commit, admin)"
     )
     publish_timeout: float = Field(default=10.0, gt=0, description="one publish() call")
-    close_timeout: float = Field(default=5.0, gt=0)
-    retry_backoff: float = Field(default=0.1, gt=0)
+    close_timeout: float = Field(default=5.0, gt=0, description="bound on leaving")
+    retry_backoff: float = Field(
+        default=0.1, gt=0, description="wait before retrying a failed broker request"
+    )
 
     # producer tuning
     max_pending_sends: int = Field(
         default=10_000, ge=1, description="publish window of unconfirmed sends"
     )
     linger: float = Field(default=0.0, ge=0, description="producer linger (seconds)")
-    max_batch_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_batch_bytes: int = Field(
+        default=256 * 1024, ge=1024, description="producer batch size (bytes)"
+    )
     fetch_max_bytes: int = Field(
         default=1024 * 1024,
         ge=1024,
         description="per subscribed partition: what the transport's reader prefetches of it",
     )
 
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="how every client connects to the brokers"
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="PLAIN", description="with `SASL_*`"
+    )
+    sasl_username: str | None = Field(
+        default=None, description="required with `SASL_*`, refused without it"
+    )
+    sasl_password: SecretStr | None = Field(default=None, description="its password")
     sasl_password_file: Path | None = None
 
     @field_validator("bootstrap_servers", mode="before")

@@ -20,27 +20,38 @@ def default_command() -> tuple[str, ...]:
 
 
 class LocalScalerSettings(BaseSettings):
-    """Settings of ``LocalProcessScaler``.
-
-    - ``log_dir``: each child writes stdout and stderr to ``{log_dir}/{handler id}.log``.
-    - ``command``: the child's command line; empty means ``python -m services.handler``.
-      From the environment a JSON list or a shell-quoted string.
-    - ``id_prefix``: child ids are ``{id_prefix}-{token}-{n}``, ``token`` random per
-      scaler, ``n`` counting from 1 (unique even across leader restarts).
-    - ``stop_timeout``: after SIGTERM a child has this long to drain and exit before it
-      gets SIGKILL (from its launcher, and from the scaler on its process group). Keep
-      it above the handler's own bound (``SHOAL_HANDLER_DRAIN_TIMEOUT``, 8 s by default,
-      plus its 5 s grace).
-    - ``cwd``: the children's working directory (default: the leader's).
-    """
+    """Settings of ``LocalProcessScaler``; each field's description says what it does
+    (docs/settings.md is generated from them)."""
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_LOCAL_", extra="ignore", frozen=True)
 
-    log_dir: Path = Path("var/log/handlers")
-    command: Annotated[tuple[str, ...], NoDecode] = ()
-    id_prefix: str = Field(default="handler", pattern=r"^[A-Za-z0-9_-]{1,32}$")
-    stop_timeout: float = Field(default=15.0, gt=0)
-    cwd: Path | None = None
+    log_dir: Path = Field(
+        default=Path("var/log/handlers"),
+        description="each child writes stdout and stderr to `{log_dir}/{handler id}.log`",
+    )
+    command: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="the child's command line, from the environment a JSON list or a "
+        "shell-quoted string; empty: `python -m services.handler` with the leader's "
+        "interpreter",
+    )
+    id_prefix: str = Field(
+        default="handler",
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="child ids are `{id_prefix}-{token}-{n}`, `token` random per scaler, "
+        "`n` counting from 1 (unique even across leader restarts)",
+    )
+    stop_timeout: float = Field(
+        default=15.0,
+        gt=0,
+        description="seconds: after SIGTERM a child has this long to drain and exit before "
+        "it gets SIGKILL (from its launcher, and from the scaler on its process group). Keep "
+        "it above the handler's own bound (`SHOAL_HANDLER_DRAIN_TIMEOUT`, 8 s by default, "
+        "plus its 5 s grace)",
+    )
+    cwd: Path | None = Field(
+        default=None, description="the children's working directory; unset: the leader's"
+    )
 
     @field_validator("command", mode="before")
     @classmethod

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from adapters._nats_settings import NatsSettings
+from adapters._nats_settings import NatsSettings, replica_count
 from adapters._store_settings import StoreTiming
 
 __all__ = ["NatsKvSettings"]
@@ -36,9 +36,13 @@ class NatsKvSettings(StoreTiming):
         pattern=r"^[A-Za-z0-9_-]{1,64}$",
         description="the KV bucket; default shoal_{group}",
     )
-    storage: Literal["file", "memory"] = "file"
-    replicas: Literal[1, 3, 5] = 1
-    history: int = Field(default=1, ge=1, le=64)
+    storage: Literal["file", "memory"] = Field(
+        default="file",
+        description="the bucket's storage (durability is the server's: `sync_interval: "
+        "always`, checked when `SHOAL_NATS_MONITOR_URL` is set)",
+    )
+    replicas: Literal[1, 3, 5] = Field(default=1, description="the bucket's replicas")
+    history: int = Field(default=1, ge=1, le=64, description="values the bucket keeps per key")
     marker_ttl: float = Field(
         default=86_400.0,
         ge=1,
@@ -52,6 +56,11 @@ class NatsKvSettings(StoreTiming):
         "coordination on a cluster of its own; the same credentials and TLS)",
     )
     nats: NatsSettings = Field(default_factory=NatsSettings)
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _replicas(cls, value: object) -> object:
+        return replica_count(value)
 
     def connection(self) -> NatsSettings:
         """How to reach the bucket: ``nats`` at ``url`` when that is set."""

@@ -34,12 +34,23 @@ class RedisSettings(StoreTiming, ConnectionSecurity):
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_REDIS_", extra="ignore", frozen=True)
 
-    url: str = "redis://127.0.0.1:6379/0"
+    url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="a `redis://host:port/db`, `rediss://` (TLS) or `unix:///path?db=0` URL; "
+        "every key lives under `shoal:{group}:`. A `user:password@` in it works, but not "
+        "together with `SHOAL_REDIS_USERNAME` / `SHOAL_REDIS_PASSWORD`",
+    )
     events_maxlen: int = Field(
         default=10_000, ge=100, description="approximate cap of the change-event stream"
     )
-    username: str | None = None
-    password: SecretStr | None = None
+    username: str | None = Field(
+        default=None,
+        description="an ACL user; unset: the `default` user (`requirepass`)",
+    )
+    password: SecretStr | None = Field(
+        default=None,
+        description="the password; not together with credentials in `SHOAL_REDIS_URL`",
+    )
     password_file: Path | None = None
 
     @field_validator("url")

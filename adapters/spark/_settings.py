@@ -18,13 +18,21 @@ class SparkSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_SPARK_", extra="ignore")
 
-    master: str = "local[*]"
-    app_name: str = "shoal-analytics"
-    driver_memory: str = "1g"
-    shuffle_partitions: int = Field(default=4, ge=1)
-    log_level: str = "ERROR"
-    echo_jvm_stderr: bool = False
-    extra_conf: dict[str, str] = Field(default_factory=dict)
+    master: str = Field(
+        default="local[*]",
+        description="`local[*]` (every core of this machine) or a cluster URL such as "
+        "`spark://host:7077`",
+    )
+    app_name: str = Field(default="shoal-analytics", description="the Spark application's name")
+    driver_memory: str = Field(default="1g", description="`spark.driver.memory`")
+    shuffle_partitions: int = Field(default=4, ge=1, description="`spark.sql.shuffle.partitions`")
+    log_level: str = Field(default="ERROR", description="the JVM's log level")
+    echo_jvm_stderr: bool = Field(default=False, description="copy the JVM's stderr to ours")
+    extra_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="JSON of Spark settings, applied last: overrides any default "
+        '(`{"spark.driver.memory": "2g"}`)',
+    )
 
     @property
     def is_local(self) -> bool:

@@ -24,38 +24,66 @@ SCALER_KINDS: tuple[ScalerKind, ...] = ("none", "local", "kubernetes")
 
 
 class AutoscalingSettings(BaseSettings):
-    """``SHOAL_SCALING_*``. Defaults are the reference policy's.
-
-    - ``scaler``: ``none`` (no autoscaling), ``local`` (handler processes on this
-      machine, ``SHOAL_LOCAL_*``) or ``kubernetes`` (the handler Deployment's scale,
-      ``SHOAL_K8S_*``); ``enabled=false`` turns the loop off whatever the scaler.
-    - ``interval``: seconds between two evaluations by the active leader.
-    - ``cpu_max_usage``: a handler at or above this cpu percent -> +1.
-    - ``max_project_count``: average project_count per handler above it -> +1.
-    - ``min_replicas`` / ``max_replicas``: the bounds of the pool.
-    - ``low_load_threshold``: average project_count per handler below it -> -1.
-    - ``cooldown``: seconds without any action after an action.
-    - ``lag_per_handler``: when set, the KEDA-style rule wants
-      ``ceil(total lag / lag_per_handler)`` handlers (capped at max_replicas and the
-      partition count); empty or unset turns the rule off.
-    - ``history``: how many decisions the status API keeps (newest first).
-    - ``timeout``: the bound on each read (replicas, member stats, lag) and on the action.
-    """
+    """``SHOAL_SCALING_*``. Defaults are the reference policy's; each field's description
+    says what it does (docs/settings.md is generated from them)."""
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_SCALING_", extra="ignore")
 
-    enabled: bool = True
-    scaler: ScalerKind = "none"
-    interval: float = Field(default=30.0, gt=0)
-    cpu_max_usage: float = Field(default=90.0, ge=0)
-    max_project_count: int = Field(default=50, ge=0)
-    min_replicas: int = Field(default=2, ge=0)
-    max_replicas: int = Field(default=10, ge=0)
-    low_load_threshold: float = Field(default=2.0, ge=0)
-    cooldown: float = Field(default=600.0, ge=0)
-    lag_per_handler: int | None = Field(default=None, ge=1)
-    history: int = Field(default=50, ge=1, le=10_000)
-    timeout: float = Field(default=30.0, gt=0)
+    enabled: bool = Field(
+        default=True, description="`false` turns the loop off whatever the scaler"
+    )
+    scaler: ScalerKind = Field(
+        default="none",
+        description="`none` (no autoscaling), `local` (handler processes on this machine, "
+        "`SHOAL_LOCAL_*`) or `kubernetes` (the handler Deployment's scale, `SHOAL_K8S_*`)",
+    )
+    interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds between two evaluations by the active leader",
+    )
+    cpu_max_usage: float = Field(
+        default=90.0, ge=0, description="a handler at or above this cpu percent: +1"
+    )
+    max_project_count: int = Field(
+        default=50, ge=0, description="average project_count per handler above it: +1"
+    )
+    min_replicas: int = Field(
+        default=2, ge=0, description="the pool's lower bound (restored at once)"
+    )
+    max_replicas: int = Field(
+        default=10, ge=0, description="the pool's upper bound (restored at once)"
+    )
+    low_load_threshold: float = Field(
+        default=2.0,
+        ge=0,
+        description="average project_count per handler below it (and more handlers than "
+        "the minimum): -1",
+    )
+    cooldown: float = Field(
+        default=600.0,
+        ge=0,
+        description="seconds without any load-driven action after any action",
+    )
+    lag_per_handler: int | None = Field(
+        default=None,
+        ge=1,
+        description="the KEDA-style lag rule: when set, want ceil(total lag / this) "
+        "handlers (capped at the maximum and the partition count); unset, empty, `none` or "
+        "`off`: the rule is off",
+    )
+    history: int = Field(
+        default=50,
+        ge=1,
+        le=10_000,
+        description="decisions the status API keeps (newest first)",
+    )
+    timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds: the bound on each read (replicas, member stats, lag) and on "
+        "the scaling action",
+    )
 
     @field_validator("lag_per_handler", mode="before")
     @classmethod
@@ -109,7 +137,14 @@ class TableUpkeepSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SHOAL_LEADER_", extra="ignore")
 
-    data_dir: str | None = None
+    data_dir: str | None = Field(
+        default=None,
+        description="the handlers' landing zone (a directory or `s3://bucket/prefix`): the "
+        "active leader keeps its Delta table up (`SHOAL_TABLE_*`: compaction, checkpoints, "
+        "log cleanup, vacuum; handlers clean nothing, so set it wherever handlers land); "
+        "shown in `GET /status` (`table`), `shoal status` and the dashboard. Unset or empty: "
+        "no upkeep. The leader never creates the table: it keeps it up once a handler did",
+    )
 
     @field_validator("data_dir", mode="before")
     @classmethod
