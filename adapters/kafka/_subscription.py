@@ -196,7 +196,7 @@ class KafkaSubscription:
         self._s = settings
         self.ack_wait = settings.ack_wait
         # The cluster id and topic: a topic recreated under the same name in the same
-        # cluster keeps it (aiokafka's metadata has no topic ids), see README's limits.
+        # cluster keeps it (aiokafka's metadata has no topic ids), see docs/limits.md.
         self.log_id = log_id
         self._dead = dead
         self._on_close = on_close

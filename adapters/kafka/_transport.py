@@ -339,7 +339,7 @@ class KafkaTransport(Lifecycle):
 
     async def trim_landed(self, partitions: int) -> int:
         """0: Kafka never refuses a write for a full topic; its retention (age, size)
-        deletes the oldest records, read or not (README: Limits)."""
+        deletes the oldest records, read or not (docs/limits.md)."""
         await anyio.lowlevel.checkpoint()
         return 0
 

@@ -1,8 +1,8 @@
 """The landing table is readable by any Delta reader, not only by shoal: the handlers' own
 write path (sink + commit), with a file that was stored but never committed and a
 compaction in its history, read back exactly by deltalake/pyarrow, polars and DuckDB's
-``delta_scan`` (the snippets README's "Reading the landed data" shows). Spark's reader is
-tested in ``tests/spark``."""
+``delta_scan`` (the snippets docs/operations.md's "Reading the landed data" shows). Spark's
+reader is tested in ``tests/spark``."""
 
 from __future__ import annotations
 

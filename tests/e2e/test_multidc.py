@@ -301,7 +301,7 @@ async def test_one_datacenter_killed_and_restarted_loses_nothing(stack: Stack) -
         ),
     )
     assert not lost
-    # Only a publish in doubt at the kill may land twice (README, Limits): a request of
+    # Only a publish in doubt at the kill may land twice (docs/limits.md): a request of
     # gw-east's one client, whose publish east never confirmed, sent again to west.
     assert {load.accepted[i][1] for i in twice} <= {"gw-east"}, "a duplicate not in doubt"
     assert len(twice) <= BATCH, f"{len(twice)} landed twice: more than one request in doubt"
