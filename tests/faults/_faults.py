@@ -37,10 +37,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis.asyncio as redis_asyncio
 
+from adapters.nats._subscription import PULL_EXPIRES
+from adapters.natskv import NatsKvSettings
 from adapters.redis import RedisSettings
 from core.messages import Envelope
 from core.partitioning import partition_for
 from infra.local._testservers import ServerInfo
+from infra.local.servers import NatsCluster, RunningNats
 from services.common.backends import Backends
 from services.common.settings import HandlerSettings
 from tests.e2e._cluster import (
@@ -69,13 +72,14 @@ __all__ = [
     "PUBLISH_DEADLINE",
     "FaultRun",
     "Row",
+    "cluster_settings",
 ]
 
 HANDLERS = ("h1", "h2", "h3")
 LEADERS = ("leader-a", "leader-b")
 # The gateway answers 503 only past its publish deadline (SHOAL_GATEWAY_PUBLISH_DEADLINE),
-# and what a broker stores of such a request afterwards "landed without a 202" (README,
-# "Known limits"): the matrix runs the gateways with a deadline longer than a broker's
+# and what a broker stores of such a request afterwards "landed without a 202"
+# (docs/limits.md): the matrix runs the gateways with a deadline longer than a broker's
 # restart takes (a SIGKILLed Kafka recovers every log first: 22-52 s seen on 2 cores,
 # past the default 20 s), and the devices wait for the answer past it.
 PUBLISH_DEADLINE = 75.0
@@ -131,6 +135,22 @@ STREAM_FILL_BOUND = 240.0  # seconds the loads get to fill the stream
 FULL_REFUSALS = 20  # 503s that show the stream pushing back, not one unlucky request
 # A row judged on few messages proves little: each lasts seconds under LOAD (800 msgs/s).
 MIN_ROW_ACCEPTED = 500
+# The cluster pair (tests/faults/_matrix.py CLUSTER_PAIR): one server of three is SIGKILLed.
+# nats-server's raft makes a follower wait 4-9 s (server/raft.go, min/maxElectionTimeoutDefault)
+# for a lost leader before it campaigns: every stream, bucket and consumer the killed server
+# led is led again within that, and nothing it led takes a write or a fetch meanwhile.
+NATS_ELECTION = 9.0
+# A handler's pull request that stood on a killed consumer leader is answered by nobody: the
+# subscription sends the next once its life is over (PULL_EXPIRES and the second it adds).
+PULL_LIFE = PULL_EXPIRES + 1.0
+# A server that does not lead the coordination bucket (the data stream's leader, a follower):
+# publishes and the consumers it led wait for an election, then for a pull request's life.
+SERVER_LOST_BOUND = NATS_ELECTION + PULL_LIFE + MARGIN
+# The server that leads the coordination bucket: no renewal, release or claim is stored until
+# the election, so a lease can lapse meanwhile (a key expires by its own TTL, an election or
+# not) and its holder's partitions are taken over after it; the handoff under way completes.
+BUCKET_LOST_BOUND = NATS_ELECTION + PULL_LIFE + TAKEOVER_BOUND
+CLUSTER_WHOLE_BOUND = 120.0  # a restarted server catches up on what it missed under the load
 
 
 # The coordination store's address variable and URL form, for a process behind a proxy.
@@ -170,13 +190,20 @@ class FaultRun:
     the observers."""
 
     def __init__(
-        self, cluster: Cluster, backends: str, servers: Mapping[str, ServerInfo] | None = None
+        self,
+        cluster: Cluster,
+        backends: str,
+        servers: Mapping[str, ServerInfo] | None = None,
+        nodes: NatsCluster | None = None,
     ) -> None:
         """``servers``: the servers the cluster runs on, by kind (``etcd``, ``redis``,
-        ``nats``, ``kafka``), for the rows that kill and restart one."""
+        ``nats``, ``kafka``), for the rows that kill and restart one; ``nodes``: the NATS
+        cluster it runs on instead (the cluster pair), for the rows that kill one of its
+        servers."""
         self.cluster = cluster
         self.backends = backends
         self.servers = dict(servers or {})
+        self.nodes = nodes
         self.proxies: dict[str, TcpProxy] = {}  # by process name
         self.zone = LandingZone(cluster.zone, cluster.s3)
         self.history: list[tuple[float, StatusDoc]] = []
@@ -352,6 +379,60 @@ class FaultRun:
         elif row.recovery_s > bound:
             row.problems.append(
                 f"{what}: consumed again after {row.recovery_s:.1f} s (bound {bound:.0f} s)"
+            )
+
+    async def waited_past(
+        self, row: Row, partitions: Collection[int], since: float, bound: float, what: str
+    ) -> None:
+        """The row's recovery for a fault that stalls some of ``partitions`` a moment after
+        it, not at once (a killed server's consumers: what a pull had delivered before the
+        kill is still fetched after it, and ``consumed_again``'s first row would show no
+        wait): once each partition the load reaches has a row accepted after ``since``,
+        the longest any of its messages up to that one waited unconsumed past the fault
+        (``handled_at`` - max(``since``, ``received_at``)), a problem past ``bound``. A
+        partition that never stalled shows the fetch's own latency. Waited for as long as
+        ``consumed_again`` waits."""
+        within = bound + ROLL_AGE + MARGIN
+        wanted = pa.array(sorted(set(partitions) & self._loaded_partitions()), pa.int64())
+        if not len(wanted):
+            row.recovery_s = 0.0
+            return
+        with anyio.move_on_after(within):
+            while True:
+                table = self.zone.table()
+                if table.num_rows:
+                    recent = table.filter(
+                        pc.and_(
+                            pc.greater_equal(table.column("handled_at"), since),
+                            pc.is_in(pc.cast(table.column("partition"), pa.int64()), wanted),
+                        )
+                    )
+                    rows = list(
+                        zip(
+                            recent.column("partition").to_pylist(),
+                            recent.column("handled_at").to_pylist(),
+                            recent.column("received_at").to_pylist(),
+                            strict=True,
+                        )
+                    )
+                    after: dict[int, float] = {}  # the first message accepted after the fault
+                    for partition, _, received in rows:
+                        if received >= since and received < after.get(partition, float("inf")):
+                            after[partition] = received
+                    if len(after) == len(wanted):
+                        row.recovery_s = max(
+                            handled - max(since, received)
+                            for partition, handled, received in rows
+                            if received <= after[partition]
+                        )
+                        break
+                await anyio.sleep(ZONE_POLL)
+        if row.recovery_s is None:
+            row.problems.append(f"{what}: no row of them consumed and seen within {within:.0f} s")
+        elif row.recovery_s > bound:
+            row.problems.append(
+                f"{what}: a message waited {row.recovery_s:.1f} s past the fault "
+                f"(bound {bound:.0f} s)"
             )
 
     def _loaded_partitions(self) -> set[int]:
@@ -868,6 +949,198 @@ class FaultRun:
         recent = table.filter(pc.greater_equal(table.column("seen_at"), since))
         return {int(p) for p in pc.unique(recent.column("partition")).to_pylist()}
 
+    # -- one server of a 3-node NATS cluster (the cluster pair) ------------------------------
+
+    async def stream_leader_killed(self) -> Row:
+        """SIGKILL the server that leads the data stream, under load: the other two elect a
+        leader, the gateway's publishes and the handlers' fetches go on through them, and
+        every partition that was landing lands again within the bound while it is down;
+        then it is restarted on its data and catches up before the next row."""
+        row = self._begin("data stream's leader server SIGKILL (3-node NATS), restarted")
+        stream = self.cluster.setting("SHOAL_NATS_STREAM")
+        leaders = await self._cluster_whole(row)
+        victim = leaders[stream]
+        led_bucket = leaders[self._bucket_stream()] == victim
+        row.notes["also_led_bucket"] = led_bucket
+        bound = BUCKET_LOST_BOUND if led_bucket else SERVER_LOST_BOUND
+        await self._server_lost(row, victim, stream, bound)
+        return row
+
+    async def follower_killed(self) -> Row:
+        """SIGKILL a server that leads neither the data stream nor the coordination bucket
+        (the meta leader spared when another server can be picked), under load: only the
+        consumers it led elect anew, every partition lands again within the bound while it
+        is down; then it is restarted and catches up, so the next row starts whole."""
+        row = self._begin("follower server SIGKILL (3-node NATS), restarted")
+        leaders = await self._cluster_whole(row)
+        nodes = self._nodes()
+        meta = nodes.meta_leader()
+        followers = [s.name for s in nodes.servers if s.name not in leaders.values()]
+        followers.sort(key=lambda name: meta is not None and name == meta.name)
+        row.notes["meta_leader"] = bool(meta is not None and followers[0] == meta.name)
+        await self._server_lost(row, followers[0], None, SERVER_LOST_BOUND)
+        return row
+
+    async def kv_leader_killed_in_rebalance(self, joiner: str = "h4") -> Row:
+        """A handler joins, the leader publishes an assignment that gives it partitions,
+        and while the handoff is in progress (partitions released and claimed through the
+        coordination bucket) the server that leads the bucket is SIGKILLed: the other two
+        elect a leader, the handoff completes (every partition held by its owner) and every
+        partition lands again within the bound; then the server is restarted and the
+        joiner leaves."""
+        row = self._begin("coordination bucket's leader server SIGKILL mid-rebalance (3-node NATS)")
+        cluster = self.cluster
+        bucket = self._bucket_stream()
+        leaders = await self._cluster_whole(row)
+        victim = leaders[bucket]
+        row.notes["also_led_stream"] = leaders[cluster.setting("SHOAL_NATS_STREAM")] == victim
+        generation = int((await self.settle(HANDLERS))["generation"])
+        await cluster.start_handler(joiner, ready=False)
+        doc = await cluster.wait_for(
+            lambda d: int(d["generation"]) > generation and bool(partitions_of(d, joiner)),
+            60.0,
+            f"an assignment that gives {joiner} partitions",
+        )
+        node = self._node(victim)
+        killed_at = time.time()
+        await anyio.to_thread.run_sync(node.kill)
+        handing_off = sum(1 for e in doc["partitions"] if e["holder"] != e["owner"])
+        row.notes.update(server=victim, handing_off=handing_off)
+        if not handing_off:
+            row.problems.append("the handoff was over before the kill: the fault missed it")
+        row.notes["elected_s"] = await self._elected(row, bucket, victim, killed_at)
+        everyone = (*HANDLERS, joiner)
+        await cluster.wait_for(
+            lambda d: settled(d, everyone),
+            BUCKET_LOST_BOUND + MARGIN,
+            f"{sorted(everyone)} own and hold everything with {victim} down",
+        )
+        seen = self._seen(lambda d: settled(d, everyone), killed_at) or time.time()
+        row.notes["settled_s"] = round(seen - killed_at, 1)
+        if seen - killed_at > BUCKET_LOST_BOUND:
+            row.problems.append(
+                f"the handoff settled {seen - killed_at:.1f} s after the kill "
+                f"(bound {BUCKET_LOST_BOUND:.0f} s)"
+            )
+        row.notes["moved"] = len(partitions_of(doc, joiner))
+        await self.waited_past(
+            row,
+            range(cluster.partitions),
+            killed_at,
+            BUCKET_LOST_BOUND,
+            f"partitions with {victim} down",
+        )
+        self._lapses(row, killed_at)
+        await self._rejoin(row, node)
+        cluster.kill(joiner, signal.SIGTERM)
+        await cluster.wait_exit(joiner, 30.0)
+        await self.settle(HANDLERS, within=90.0)
+        return row
+
+    async def _server_lost(self, row: Row, victim: str, led: str | None, bound: float) -> None:
+        """SIGKILL the cluster's server ``victim``: every partition lands again, no message
+        waiting more than ``bound`` past the kill, while it is down (``led``: a stream it
+        led, whose election is noted); then it is restarted and the cluster is whole again."""
+        row.notes["server"] = victim
+        node = self._node(victim)
+        killed_at = time.time()
+        await anyio.to_thread.run_sync(node.kill)
+        if led is not None:
+            row.notes["elected_s"] = await self._elected(row, led, victim, killed_at)
+        await self.waited_past(
+            row, range(self.cluster.partitions), killed_at, bound, f"partitions with {victim} down"
+        )
+        self._lapses(row, killed_at)
+        await self._rejoin(row, node)
+        await self.settle(HANDLERS, within=90.0)
+
+    def _lapses(self, row: Row, since: float) -> None:
+        """Note the leases that lapsed after ``since``: handlers that lost theirs (and
+        joined again), leaders that lost office (and campaigned again)."""
+        logged = {
+            "leases_lost": "lease lost: stopped every partition; joining again",
+            "offices_lost": "leadership lost; campaigning again",
+        }
+        for note, msg in logged.items():
+            row.notes[note] = sum(
+                1
+                for proc in self.cluster.processes.values()
+                for e in proc.log_events(msg)
+                if float(e.get("ts", 0)) >= since
+            )
+
+    def _nodes(self) -> NatsCluster:
+        if self.nodes is None:
+            raise RuntimeError(f"{self.backends} runs on no local NATS cluster")
+        return self.nodes
+
+    def _node(self, name: str) -> RunningNats:
+        return next(s for s in self._nodes().servers if s.name == name)
+
+    def _bucket_stream(self) -> str:
+        """The coordination bucket's stream (``KV_{bucket}``), as the processes name it."""
+        with mock.patch.dict(os.environ, self.cluster.settings_env()):
+            return "KV_" + NatsKvSettings(group=self.cluster.group).bucket_name
+
+    async def _leaders(self, streams: Collection[str]) -> dict[str, tuple[str | None, bool]]:
+        """Each stream's leader (a server's name, None while it has none or does not
+        answer) and whether every replica is current, as the running servers tell."""
+        urls = [s.url for s in self._nodes().servers if s.running()]
+        found: dict[str, tuple[str | None, bool]] = dict.fromkeys(streams, (None, False))
+        try:
+            nc = await nats.connect(servers=urls, connect_timeout=2.0, allow_reconnect=False)
+        except (nats.errors.Error, OSError, TimeoutError):
+            return found
+        try:
+            js = nc.jetstream(timeout=2.0)
+            for stream in streams:
+                try:
+                    info = await js.stream_info(stream)
+                except (nats.errors.Error, TimeoutError):
+                    continue
+                state = info.cluster
+                if state is None or not state.leader:
+                    continue
+                replicas = state.replicas or []
+                peers = len(self._nodes().servers) - 1
+                whole = len(replicas) == peers and all(r.current for r in replicas)
+                found[stream] = (state.leader, whole)
+        finally:
+            await nc.close()
+        return found
+
+    async def _cluster_whole(self, row: Row, within: float = CLUSTER_WHOLE_BOUND) -> dict[str, str]:
+        """Once every server runs and the data stream and the coordination bucket each have
+        a leader and every replica current: their leaders by stream name."""
+        streams = (self.cluster.setting("SHOAL_NATS_STREAM"), self._bucket_stream())
+        servers = self._nodes().servers
+        found: dict[str, tuple[str | None, bool]] = {}
+        with anyio.move_on_after(within):
+            while True:
+                found = await self._leaders(streams)
+                if all(s.running() for s in servers) and all(w for _, w in found.values()):
+                    return {stream: str(leader) for stream, (leader, _) in found.items()}
+                await anyio.sleep(ZONE_POLL)
+        raise TimeoutError(f"{row.fault}: the cluster not whole within {within:.0f} s: {found}")
+
+    async def _elected(self, row: Row, stream: str, old: str, since: float) -> float | None:
+        """Seconds from ``since`` until ``stream`` has a leader other than ``old``."""
+        with anyio.move_on_after(NATS_ELECTION + MARGIN):
+            while True:
+                leader, _ = (await self._leaders([stream]))[stream]
+                if leader is not None and leader != old:
+                    return round(time.time() - since, 1)
+                await anyio.sleep(0.2)
+        row.problems.append(f"{stream}: no leader {NATS_ELECTION + MARGIN:.0f} s after the kill")
+        return None
+
+    async def _rejoin(self, row: Row, node: RunningNats) -> None:
+        """Restart ``node`` on its data; the seconds until the cluster is whole again."""
+        restarted = time.time()
+        await anyio.to_thread.run_sync(partial(node.restart, timeout=CLUSTER_WHOLE_BOUND))
+        await self._cluster_whole(row)
+        row.notes["rejoined_s"] = round(time.time() - restarted, 1)
+
     async def poison_message(self) -> Row:
         """A message no handler can land (a record from another producer whose timestamp
         no landing table can date) is dead-lettered while its partition keeps landing;
@@ -945,6 +1218,20 @@ class FaultRun:
                     if letter["message_id"] == message_id and letter["position"] not in not_at:
                         return letter
                 await anyio.sleep(ZONE_POLL)
+
+
+def cluster_settings(nodes: NatsCluster) -> dict[str, str]:
+    """Compose's layout (infra/docker-compose.yml) on ``nodes``: every server's address and
+    monitoring port (the fsync check: ``sync_interval: always`` on each), the data stream
+    and the coordination's buckets on file storage at three replicas."""
+    return {
+        "SHOAL_NATS_URL": nodes.url,
+        "SHOAL_NATS_MONITOR_URL": ",".join(s.monitor_url for s in nodes.servers),
+        "SHOAL_NATS_STORAGE": "file",
+        "SHOAL_NATS_REPLICAS": str(len(nodes.servers)),
+        "SHOAL_NATS_KV_STORAGE": "file",
+        "SHOAL_NATS_KV_REPLICAS": str(len(nodes.servers)),
+    }
 
 
 def ever_committed(zone: str | Path, file: Path) -> bool:

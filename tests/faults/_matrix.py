@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
+    "CLUSTER_PAIR",
     "DEFAULT_PAIR",
     "PAIRS",
     "SAMPLE_ROWS",
@@ -34,8 +35,13 @@ PAIRS = (
     "nats+kafka",
     "etcd+kafka",
     "redis+kafka",
+    "nats3+nats3",
 )
 DEFAULT_PAIR = "nats+nats"  # shoal up's and the services' default
+# The default pair on a 3-node cluster at three replicas (tests/faults/_faults.py,
+# ``cluster_settings``): its rows are its own, one server of the cluster SIGKILLed.
+CLUSTER_PAIR = "nats3+nats3"
+_CLUSTER_ROWS = ("stream_leader_killed", "follower_killed", "kv_leader_killed_in_rebalance")
 SAMPLE_ROWS = 2  # rows of the other pairs a tier run takes, besides the default pair's
 
 # In the order a run injects them: each starts and ends on a settled pool.
@@ -56,6 +62,8 @@ _PROXIED_STORES = ("nats", "etcd", "redis")
 
 def rows_of(pair: str) -> tuple[str, ...]:
     """Every fault row that applies to ``pair`` (``COORDINATION+TRANSPORT``), in order."""
+    if pair == CLUSTER_PAIR:
+        return _CLUSTER_ROWS
     coordination, transport = pair.split("+")
     rows = list(_EVERY_PAIR)
     if coordination in _PROXIED_STORES:
@@ -96,10 +104,12 @@ def commit_number(root: Path) -> int:
 
 def _tier(number: int) -> dict[str, list[str]]:
     chosen: dict[str, list[str]] = {DEFAULT_PAIR: list(rows_of(DEFAULT_PAIR))}
-    # The kinds the default pair lacks, on one pair that has them all, alternating.
+    # The kinds the default pair lacks, on one pair that has them all, alternating (the
+    # cluster's rows are the cluster pair's alone: they come with the window below).
+    single = [p for p in PAIRS if p != CLUSTER_PAIR]
     covered = {_kind(r) for r in rows_of(DEFAULT_PAIR)}
-    kinds = list(dict.fromkeys(r for p in PAIRS for r in rows_of(p) if _kind(r) not in covered))
-    having = [p for p in PAIRS if set(kinds) <= set(rows_of(p))]
+    kinds = list(dict.fromkeys(r for p in single for r in rows_of(p) if _kind(r) not in covered))
+    having = [p for p in single if set(kinds) <= set(rows_of(p))]
     gap_pair = having[number % len(having)]
     chosen[gap_pair] = [r for r in rows_of(gap_pair) if r in kinds]
     # A window of the other rows, pair after pair: the windows of consecutive numbers

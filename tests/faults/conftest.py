@@ -12,12 +12,12 @@ import pytest
 
 from infra.local._process import ServerStartError
 from infra.local._testservers import ServerInfo
-from infra.local.servers import start_redis
+from infra.local.servers import NatsCluster, start_nats_cluster, start_redis
 from tests._unavailable import needs_local, unavailable
 from tests.e2e.conftest import make_cluster, pytest_runtest_makereport
 from tests.faults._matrix import commit_number, describe, select
 
-__all__ = ["make_cluster", "pytest_runtest_makereport", "redis_server"]
+__all__ = ["make_cluster", "nats_cluster", "pytest_runtest_makereport", "redis_server"]
 
 _SELECTION = pytest.StashKey[dict[str, list[str]]]()
 _ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +62,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             ("pair", "fault_rows"),
             [pytest.param(p, rows, id=p) for p, rows in _selection(metafunc.config).items()],
         )
+
+
+@pytest.fixture(scope="module")
+def nats_cluster(server_mode: str) -> Iterator[NatsCluster]:
+    """Three nats-servers routed on loopback, as compose runs them (file storage, an fsync
+    per write): the cluster pair's, whose rows SIGKILL and restart one of them. Stopped with
+    the module, so that the soak after it does not share the machine with them."""
+    if server_mode != "local":
+        unavailable(needs_local("nats", server_mode, "kill one server of a 3-node cluster of"))
+    try:
+        nodes = start_nats_cluster(3, timeout=60.0)
+    except (ServerStartError, FileNotFoundError) as exc:
+        unavailable(str(exc))
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
 
 
 @pytest.fixture(scope="session")

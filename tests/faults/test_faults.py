@@ -3,7 +3,9 @@ killed mid-batch, a handler paused past its lease while it writes a file and res
 handler paused briefly, the leader killed, the leader paused past its lease and resumed, a
 poison message, a minute of handler churn, on etcd and Redis a handler and the leader cut
 off from the store by a blackholing proxy, on Redis a handler whose releases the store
-refuses for a while, then the store and the broker killed and restarted). Each fault is a
+refuses for a while, then the store and the broker killed and restarted; on a 3-node NATS
+cluster at three replicas, the data stream's leader, a follower and the coordination
+bucket's leader mid-rebalance SIGKILLed, each restarted). Each fault is a
 row: lost, duplicated and seconds to recover, printed as ``FAULT`` lines; then the whole
 run (``RUN``): every message id accepted in it, whatever row it fell in and the warm-up
 before the first fault included, is in the table's committed version exactly once. Lost = 0 is
@@ -25,13 +27,16 @@ from collections.abc import Callable
 import anyio
 import pytest
 
+from infra.local.servers import NatsCluster
 from tests.e2e._cluster import Cluster
 from tests.faults._faults import (
     FAULT_STREAM_CAP,
     MIN_ROW_ACCEPTED,
     PUBLISH_DEADLINE,
     FaultRun,
+    cluster_settings,
 )
+from tests.faults._matrix import CLUSTER_PAIR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -64,13 +69,20 @@ async def test_every_fault_loses_nothing_and_recovers_within_its_bound(
 ) -> None:
     coordination, transport = pair.split("+")
     settings = {"SHOAL_GATEWAY_PUBLISH_DEADLINE": str(PUBLISH_DEADLINE)}
+    nodes: NatsCluster | None = None
+    if pair == CLUSTER_PAIR:  # the default pair on the session's 3-node cluster
+        nodes = request.getfixturevalue("nats_cluster")
+        settings |= cluster_settings(nodes)
+        coordination = transport = "nats"
     if transport == "nats":
         settings["SHOAL_NATS_MAX_BYTES"] = str(FAULT_STREAM_CAP)
     cluster = make_cluster("faults", coordination, transport, settings=settings)
-    servers = {
-        kind: request.getfixturevalue(f"{kind}_server") for kind in {coordination, transport}
-    }
-    run = FaultRun(cluster, pair, servers)
+    servers = (
+        {}
+        if nodes is not None
+        else {kind: request.getfixturevalue(f"{kind}_server") for kind in {coordination, transport}}
+    )
+    run = FaultRun(cluster, pair, servers, nodes)
     with anyio.fail_after(300 + SECONDS_PER_ROW * len(fault_rows)):
         async with anyio.create_task_group() as network:
             async with cluster, anyio.create_task_group() as tg:
