@@ -1,6 +1,6 @@
 """Test servers in containers (``SHOAL_TEST_SERVERS=docker``), with testcontainers, from the
 images compose runs: each kind's image is the variable ``infra/images`` sets
-(``SHOAL_NATS_IMAGE`` ...), or the upstream image where a registry answers.
+(``SHOAL_NATS_IMAGE`` ...), else the stand-in built here, else the upstream image.
 
 Every container publishes its port on a host port chosen here, on 127.0.0.1, so a restart
 keeps its address (``RunningContainer.restart``: the restart tests run in this mode too).
@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
+from infra.images._docker import image_hash
+from infra.images._recipes import IMAGES
 from infra.local._process import free_port, http_get, tcp_greeting
 
 __all__ = ["UPSTREAM", "RunningContainer", "container"]
@@ -141,8 +143,13 @@ SPECS = {
 
 
 def image_of(kind: str) -> str:
+    """The image of ``kind``: its variable's, else the stand-in ``infra/images/build`` made
+    here when there is one, else the upstream image (where a registry answers)."""
     variable, upstream = UPSTREAM[kind]
-    return os.environ.get(variable) or upstream
+    if named := os.environ.get(variable):
+        return named
+    (local,) = [image.tag for image in IMAGES if image.name == kind]
+    return local if image_hash(local) is not None else upstream
 
 
 @dataclass(frozen=True)

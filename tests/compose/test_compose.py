@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -132,18 +133,16 @@ class Stack:
 
 @pytest.fixture(params=CHOSEN)
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    if not daemon_answers():
-        unavailable("no Docker daemon answers (infra/images/build starts one: bin/test does)")
     names = ["shoal", "nats", "minio", "nginx", *VARIANTS[request.param][0]]
     built = subprocess.run(
-        ["python3", "-m", "infra.images", "build", *names],
+        [sys.executable, "-m", "infra.images", "build", *names],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=False,
     )
-    if built.returncode != 0:
-        unavailable(f"the images could not be built: {built.stderr[-2000:]}")
+    if built.returncode != 0 or not daemon_answers():  # the build starts a daemon where none is
+        unavailable(f"no Docker daemon, or the images could not be built: {built.stderr[-2000:]}")
     profiles, settings = VARIANTS[request.param]
     ports = {
         name: free_port()

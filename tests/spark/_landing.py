@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 
 from adapters.parquet import ParquetSettings, ParquetSink
+from adapters.s3 import S3Settings
 from core.messages import Envelope, LandedRow, MessageKind
 from core.partitioning import partition_for
 from core.table import LandedFile, LogKey, log_key
@@ -169,15 +170,21 @@ def _logs(rows: Iterable[LandedRow]) -> set[LogKey]:
     return {log_key(r.log_id, r.envelope.partition) for r in rows}
 
 
-def land(data_dir: Path, rows: Sequence[LandedRow], batch: int = 2000) -> list[LandedFile]:
+def land(
+    data_dir: Path | str,
+    rows: Sequence[LandedRow],
+    batch: int = 2000,
+    *,
+    s3: S3Settings | None = None,
+) -> list[LandedFile]:
     """Land ``rows`` as a handler does, ``batch`` rows at a time: the zone's sink writes the
     files, then one commit on the newest version adds them and sets the app transaction of
     every log the batch holds rows of (the token: that commit's version). Returns the
-    files."""
+    files. ``data_dir`` may be ``s3://bucket/prefix`` (on the store ``s3`` reaches)."""
 
     async def land_all() -> list[LandedFile]:
         written: list[LandedFile] = []
-        async with open_landing_zone(data_dir) as zone:
+        async with open_landing_zone(data_dir, s3=s3) as zone:
             for start in range(0, len(rows), batch):
                 chunk = rows[start : start + batch]
                 token = await zone.table.refresh() + 1
